@@ -1,0 +1,39 @@
+# Two set-up commands: `make demo` and `make test`. Everything they need is installed here.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+FLINK_VENV := .venv-flink
+STAMP := $(VENV)/.installed
+FLINK_STAMP := $(FLINK_VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export TIDEMARK_FLINK_PYTHON := $(abspath $(FLINK_VENV)/bin/python)
+
+.PHONY: install install-flink test conformance demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Flink 2.3 is the conformance oracle. Its pinned dependencies (py4j, pyarrow, beam)
+# clash with pyspark's, so it lives in a venv of its own and is driven as a subprocess.
+$(FLINK_STAMP):
+	test -x $(FLINK_VENV)/bin/python || $(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/python -m pip install -q apache-flink==2.3.0
+	touch $(FLINK_STAMP)
+
+install: $(STAMP)
+install-flink: $(FLINK_STAMP)
+
+test: $(STAMP) $(FLINK_STAMP)
+	$(PY) -m pytest -m "not slow" tests
+
+conformance: $(STAMP) $(FLINK_STAMP)
+	TIDEMARK_CONFORMANCE=full $(PY) -m pytest -m conformance tests/conformance
+
+demo: $(STAMP)
+	$(VENV)/bin/tidemark replay examples/s1_s2_join.sql --input s1=examples/s1.jsonl --input s2=examples/s2.jsonl --emit table
+
+clean:
+	rm -rf $(VENV) $(FLINK_VENV) build *.egg-info

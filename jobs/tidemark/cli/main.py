@@ -1,0 +1,12 @@
+"""Entry point of the ``tidemark`` console script: one typer app, one module per command."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Changelog-correct streaming pipelines on Spark and Kafka.")
+
+
+@app.callback()
+def _root() -> None:
+    """Tidemark: plan, replay and run changelog pipelines."""

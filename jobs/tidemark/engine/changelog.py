@@ -1,0 +1,81 @@
+"""The changelog model every stage speaks.
+
+A change is ``(kind, row, pos)``. Kinds weigh +1 (``+I``, ``+U``) or -1 (``-U``, ``-D``),
+so a batch of changes is a Z-set: consolidating it sums weights per distinct row and does
+not depend on the order of the rows in the batch. That is what makes disorder inside a
+micro-batch harmless, and it is why no code here may depend on arrival order.
+
+``pos`` is the source position of the change that produced the row: a tuple compared
+lexicographically (replay: ``(seq,)``; Spark: ``(batch_id, source index, partition,
+offset)``). "Latest" always means the greater position, never the later arrival.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import NamedTuple
+
+INSERT = "+I"
+UPDATE_BEFORE = "-U"
+UPDATE_AFTER = "+U"
+DELETE = "-D"
+KINDS = (INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)
+ADDS = frozenset((INSERT, UPDATE_AFTER))
+RETRACTS = frozenset((UPDATE_BEFORE, DELETE))
+
+Row = tuple
+Pos = tuple
+
+
+class Change(NamedTuple):
+    kind: str
+    row: Row
+    pos: Pos = ()
+
+    @property
+    def weight(self) -> int:
+        return 1 if self.kind in ADDS else -1
+
+    @property
+    def is_add(self) -> bool:
+        return self.kind in ADDS
+
+
+def weight(kind: str) -> int:
+    return 1 if kind in ADDS else -1
+
+
+def zset(changes: Iterable[Change]) -> Counter:
+    """Sum weights per distinct row, dropping rows whose weight cancels to zero."""
+    total: Counter = Counter()
+    for c in changes:
+        total[c.row] += 1 if c.kind in ADDS else -1
+    return Counter({r: w for r, w in total.items() if w != 0})
+
+
+def diff_to_changes(old: Row | None, new: Row | None, pos: Pos) -> list[Change]:
+    """The changes that turn one row value for a key into another: the usual
+    ``+I`` / ``-U,+U`` / ``-D`` encoding, nothing when the value did not change."""
+    if old == new:
+        return []
+    if old is None:
+        return [Change(INSERT, new, pos)]
+    if new is None:
+        return [Change(DELETE, old, pos)]
+    return [Change(UPDATE_BEFORE, old, pos), Change(UPDATE_AFTER, new, pos)]
+
+
+def zset_to_changes(delta: dict[Row, int], pos_of: dict[Row, Pos]) -> list[Change]:
+    """Encode a consolidated Z-set delta as changes. Each unit of weight is one change;
+    retractions come first, and when a batch both retracts and adds, the halves are
+    ``-U``/``+U`` (an update), otherwise ``-D`` / ``+I``."""
+    minus = [(r, -w) for r, w in delta.items() if w < 0]
+    plus = [(r, w) for r, w in delta.items() if w > 0]
+    update = bool(minus) and bool(plus)
+    out: list[Change] = []
+    for r, n in minus:
+        out.extend([Change(UPDATE_BEFORE if update else DELETE, r, pos_of.get(r, ()))] * n)
+    for r, n in plus:
+        out.extend([Change(UPDATE_AFTER if update else INSERT, r, pos_of.get(r, ()))] * n)
+    return out

@@ -1,0 +1,57 @@
+"""The contract between stages and the hosts that run them.
+
+A stage is a plain Python object that knows nothing of Spark, Kafka or HTTP. Hosts (the
+in-process replay host, the Spark job) feed it one micro-batch at a time. The barrier is
+the micro-batch: a stateful stage sees, per key, every change of the batch at once, in no
+particular order, and emits only the net change for that key.
+
+- ``StatelessStage.process(changes)``: row-at-a-time transforms (calc). Kinds preserved.
+- ``KeyedStage``: the host groups each input's changes of one batch by ``key_of`` and
+  calls ``process_key`` once per key with that key's state (``None`` when it has none).
+  The stage returns the new state (``None`` clears it) and the changes it emits. State is
+  any picklable Python value; hosts decide where it lives (a dict, Spark's state store).
+  One state read and one state write per key per batch, whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tidemark.engine.changelog import Change
+
+
+@dataclass
+class BatchContext:
+    """What a host tells a stage about the batch being processed.
+
+    ``now_ms`` is processing time (for state TTL). ``metrics`` is where stages count
+    events a user wants to see (``conflicts_dropped``, ``retractions_without_state``...);
+    the host sums them across keys and batches and exposes them.
+    """
+
+    batch_id: int = 0
+    now_ms: int = 0
+    metrics: Counter = field(default_factory=Counter)
+
+
+@runtime_checkable
+class StatelessStage(Protocol):
+    name: str
+
+    def process(self, changes: list[Change]) -> list[Change]: ...
+
+
+@runtime_checkable
+class KeyedStage(Protocol):
+    name: str
+    #: number of inputs (1, or 2 for joins); ``process_key`` gets one list per input
+    n_inputs: int
+
+    def key_of(self, change: Change, input_index: int) -> tuple: ...
+
+    def process_key(
+        self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
+    ) -> tuple[Any, list[Change]]: ...
