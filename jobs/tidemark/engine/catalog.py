@@ -1,0 +1,110 @@
+"""Table definitions from ``CREATE TABLE``: columns, primary key, options.
+
+A table's ``format`` option decides what its changes mean, as in Flink: an append format
+carries inserts only, a retracting format carries exact before-images, an upsert format
+carries only the new row (or a tombstone) per key and must be normalized before anything
+that needs before-images.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidemark.engine.errors import PlanError
+from tidemark.engine.types import SqlType
+
+APPEND_FORMATS = frozenset({"json", "avro", "avro-confluent", "csv", "raw"})
+RETRACT_FORMATS = frozenset(
+    {
+        "debezium-json",
+        "debezium-avro",
+        "debezium-avro-confluent",
+        "changelog-json",
+        "changelog-avro",
+        "canal-json",
+        "maxwell-json",
+        "ogg-json",
+    }
+)
+UPSERT_FORMATS = frozenset({"upsert-json", "upsert-avro", "upsert-avro-confluent"})
+KNOWN_FORMATS = APPEND_FORMATS | RETRACT_FORMATS | UPSERT_FORMATS
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: SqlType
+
+
+@dataclass(frozen=True)
+class TableDef:
+    """A declared table. ``primary_key`` holds column names in declaration order of the
+    PRIMARY KEY clause; ``watermark`` is ``(column, sql_expression_text)`` when declared."""
+
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    options: dict[str, str] = field(default_factory=dict)
+    watermark: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        # accept lists from callers; keep the dataclass hash-free but tuple-valued
+        object.__setattr__(self, "columns", tuple(self.columns))
+        object.__setattr__(self, "primary_key", tuple(self.primary_key))
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def types(self) -> list[SqlType]:
+        return [c.type for c in self.columns]
+
+    def has_column(self, name: str) -> bool:
+        return any(c.name.lower() == name.lower() for c in self.columns)
+
+    def index_of(self, name: str) -> int:
+        """Position of a column (case-insensitive, as Flink's default identifiers are
+        matched by the planner here). Raises KeyError naming the table."""
+        for i, c in enumerate(self.columns):
+            if c.name == name:
+                return i
+        for i, c in enumerate(self.columns):
+            if c.name.lower() == name.lower():
+                return i
+        raise KeyError(f"table '{self.name}' has no column '{name}'")
+
+    @property
+    def pk_indexes(self) -> tuple[int, ...]:
+        return tuple(self.index_of(n) for n in self.primary_key)
+
+    @property
+    def format(self) -> str | None:
+        fmt = self.options.get("format") or self.options.get("value.format")
+        if fmt is None and self.options.get("connector") == "upsert-kafka":
+            return "upsert-json"
+        return fmt
+
+    @property
+    def changelog_mode(self) -> str:
+        """``append`` | ``retract`` | ``upsert``, from the ``format`` option (no format:
+        append). An unknown format is a PlanError naming the table and the format."""
+        fmt = self.format
+        if fmt is None:
+            return "append"
+        fmt = fmt.lower()
+        if fmt in APPEND_FORMATS:
+            return "append"
+        if fmt in RETRACT_FORMATS:
+            return "retract"
+        if fmt in UPSERT_FORMATS:
+            return "upsert"
+        raise PlanError(
+            f"table '{self.name}': unknown format '{fmt}' (known: {', '.join(sorted(KNOWN_FORMATS))})"
+        )
+
+    @property
+    def merge_engine(self) -> str | None:
+        """The Paimon-style ``merge-engine`` option, lower-cased, or None."""
+        me = self.options.get("merge-engine")
+        return me.lower() if me else None
