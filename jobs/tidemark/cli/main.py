@@ -10,3 +10,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Changelog-co
 @app.callback()
 def _root() -> None:
     """Tidemark: plan, replay and run changelog pipelines."""
+
+
+from tidemark.cli.replay import replay as _replay  # noqa: E402
+
+app.command("replay")(_replay)
