@@ -1,0 +1,1 @@
+"""Stages: plain Python objects implementing the contracts in ``tidemark.engine.stage``."""
