@@ -1,0 +1,341 @@
+"""Pipeline SQL front end: a sqlglot dialect for Flink-style DDL and ``ON CONFLICT``.
+
+The dialect extends sqlglot's parser rather than rewriting text, so every node keeps its
+source position and every syntax error names its line and column. This module only
+parses and checks statements (DDL, SET, the single INSERT); what the query means is the
+planner's job (``tidemark.engine.plan``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.parser import Parser
+from sqlglot.tokens import Tokenizer, TokenType
+
+from tidemark.engine.catalog import Column, TableDef
+from tidemark.engine.errors import SqlError
+from tidemark.engine.types import ALIASES, KNOWN, SqlType, make_type
+
+ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
+
+
+class TidemarkParser(Parser):
+    """sqlglot's ANSI parser plus Flink's ``WATERMARK FOR col AS expr`` schema entry and
+    the FLIP's ``ON CONFLICT DO NOTHING | DO ERROR | DO DEDUPLICATE`` actions (``DO UPDATE``
+    is parsed only so that it can be rejected with a clear message)."""
+
+    CONFLICT_ACTIONS = {"DO": ("NOTHING", "ERROR", "DEDUPLICATE", "UPDATE")}
+
+    CONSTRAINT_PARSERS = {
+        **Parser.CONSTRAINT_PARSERS,
+        "WATERMARK": lambda self: self.expression(
+            exp.WatermarkColumnConstraint(
+                this=self._match(TokenType.FOR) and self._parse_column(),
+                expression=self._match(TokenType.ALIAS) and self._parse_disjunction(),
+            )
+        ),
+    }
+
+    SCHEMA_UNNAMED_CONSTRAINTS = {*Parser.SCHEMA_UNNAMED_CONSTRAINTS, "WATERMARK"}
+
+
+class Tidemark(Dialect):
+    """Flink SQL as far as Tidemark pipelines need it."""
+
+    class Tokenizer(Tokenizer):
+        KEYWORDS = {**Tokenizer.KEYWORDS, "STRING": TokenType.TEXT}
+
+    Parser = TidemarkParser
+
+
+# --------------------------------------------------------------------------- positions
+
+
+def position_of(node: exp.Expr | None) -> tuple[int | None, int | None]:
+    """Line and column of the first token under ``node`` (sqlglot records positions on
+    identifiers, literals and functions, so take the earliest of those beneath)."""
+    if node is None:
+        return None, None
+    best = None
+    for n in node.walk():
+        meta = getattr(n, "_meta", None) or {}
+        if "line" in meta and "start" in meta:
+            if best is None or meta["start"] < best["start"]:
+                best = meta
+    if best is None:
+        return None, None
+    return best["line"], best["col"] - _token_len(best) + 1
+
+
+def _token_len(meta: dict) -> int:
+    # sqlglot's "col" is the column of the token's LAST character; start/end are offsets
+    return meta["end"] - meta["start"] + 1 if "end" in meta else 1
+
+
+def sql_error(message: str, node: exp.Expr | None) -> SqlError:
+    line, col = position_of(node)
+    return SqlError(message, line, col)
+
+
+def describe(node: exp.Expr, limit: int = 60) -> str:
+    text = node.sql(dialect=Tidemark)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- statements
+
+
+@dataclass
+class InsertStatement:
+    """``INSERT INTO table [(cols)] query [ON CONFLICT DO action]``."""
+
+    table: str
+    columns: list[str] | None
+    query: exp.Query
+    on_conflict: str | None
+    node: exp.Insert
+
+
+@dataclass
+class Script:
+    """A parsed pipeline: its tables (in declaration order), SET options and the INSERT."""
+
+    tables: dict[str, TableDef] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+    insert: InsertStatement | None = None
+
+    def table(self, name: str) -> TableDef | None:
+        """Look a table up by name (exact first, then case-insensitive)."""
+        if name in self.tables:
+            return self.tables[name]
+        for key, t in self.tables.items():
+            if key.lower() == name.lower():
+                return t
+        return None
+
+
+def parse_statements(sql: str) -> list[exp.Expr]:
+    """Parse a script into statements, turning sqlglot's errors into SqlError."""
+    try:
+        statements = Tidemark().parse(sql, error_level=ErrorLevel.RAISE)
+    except ParseError as e:
+        err = e.errors[0] if e.errors else {}
+        desc = err.get("description") or str(e)
+        line, col = err.get("line"), err.get("col")
+        hl = err.get("highlight")
+        if col is not None and hl:
+            col = col - len(hl) + 1
+        near = f" near '{hl}'" if hl else ""
+        raise SqlError(f"syntax error: {desc}{near}", line, col) from None
+    except TokenError as e:
+        raise SqlError(f"syntax error: {e}") from None
+    return [s for s in statements if s is not None]
+
+
+def parse_script(sql: str) -> Script:
+    """Parse and check a whole pipeline script: CREATE TABLE, SET, exactly one INSERT."""
+    script = Script()
+    for stmt in parse_statements(sql):
+        if isinstance(stmt, exp.Create):
+            table = _table_def(stmt)
+            if script.table(table.name) is not None:
+                raise sql_error(f"table '{table.name}' is declared twice", stmt.this)
+            script.tables[table.name] = table
+        elif isinstance(stmt, exp.Set):
+            script.options.update(_set_options(stmt))
+        elif isinstance(stmt, exp.Insert):
+            if script.insert is not None:
+                raise sql_error("only one INSERT INTO statement per pipeline is supported", stmt.this)
+            script.insert = _insert(stmt)
+        else:
+            kind = type(stmt).__name__.upper()
+            raise sql_error(
+                f"unsupported statement {kind} ({describe(stmt)}): a pipeline holds CREATE TABLE, "
+                "SET and one INSERT INTO",
+                stmt,
+            )
+    if script.insert is None:
+        raise SqlError("the pipeline has no INSERT INTO statement")
+    return script
+
+
+def _set_options(stmt: exp.Set) -> dict[str, str]:
+    out = {}
+    for item in stmt.expressions:
+        eq = item.this if isinstance(item, exp.SetItem) else None
+        if not isinstance(eq, exp.EQ):
+            raise sql_error("SET expects 'key' = 'value'", stmt)
+        key, value = eq.this, eq.expression
+        out[_option_text(key)] = _option_text(value)
+    return out
+
+
+def _option_text(node: exp.Expr) -> str:
+    if isinstance(node, (exp.Literal, exp.Identifier, exp.Var)):
+        return str(node.this)
+    if isinstance(node, exp.Column):
+        return node.sql(dialect=Tidemark).replace('"', "")
+    if isinstance(node, exp.Boolean):
+        return "true" if node.this else "false"
+    return node.sql(dialect=Tidemark)
+
+
+def _insert(stmt: exp.Insert) -> InsertStatement:
+    for arg in ("overwrite", "partition", "where", "returning", "alternative", "by_name"):
+        if stmt.args.get(arg):
+            raise sql_error(f"INSERT ... {arg.upper().replace('_', ' ')} is not supported", stmt)
+    target = stmt.this
+    columns: list[str] | None = None
+    if isinstance(target, exp.Schema):
+        columns = [c.name for c in target.expressions]
+        target = target.this
+    if not isinstance(target, exp.Table):
+        raise sql_error("INSERT INTO needs a table name", stmt)
+    query = stmt.expression
+    if isinstance(query, exp.Values):
+        raise sql_error("INSERT ... VALUES is not supported: a pipeline inserts a SELECT", query)
+    if not isinstance(query, exp.Query):
+        raise sql_error("INSERT INTO needs a SELECT query", stmt)
+    return InsertStatement(target.name, columns, query, _on_conflict(stmt), stmt)
+
+
+def _on_conflict(stmt: exp.Insert) -> str | None:
+    oc = stmt.args.get("conflict")
+    if oc is None:
+        return None
+    if oc.args.get("duplicate"):
+        raise sql_error("ON DUPLICATE KEY is not supported; use ON CONFLICT DO ...", oc)
+    for arg, what in (
+        ("conflict_keys", "a conflict target (ON CONFLICT (cols))"),
+        ("constraint", "ON CONFLICT ON CONSTRAINT"),
+        ("index_predicate", "ON CONFLICT ... WHERE"),
+        ("where", "ON CONFLICT ... WHERE"),
+    ):
+        if oc.args.get(arg):
+            raise sql_error(f"{what} is not supported: the conflict target is the sink's primary key", oc)
+    action = oc.args.get("action")
+    text = action.name.upper() if action is not None else ""
+    verb = text.split()[-1] if text else ""
+    if verb not in ON_CONFLICT_ACTIONS:
+        raise sql_error(
+            f"ON CONFLICT {text or '(no action)'} is not supported; use ON CONFLICT DO NOTHING, "
+            "ON CONFLICT DO ERROR or ON CONFLICT DO DEDUPLICATE",
+            oc,
+        )
+    return verb
+
+
+# --------------------------------------------------------------------------- DDL
+
+
+_DTYPE_NAMES = {
+    "TEXT": "STRING",
+    "NVARCHAR": "VARCHAR",
+    "NCHAR": "CHAR",
+    "TIMESTAMPLTZ": "TIMESTAMP",
+    "TIMESTAMPTZ": "TIMESTAMP",
+    "BIGDECIMAL": "DECIMAL",
+    "UBIGINT": None,
+}
+
+
+def sql_type_of(dtype: exp.DataType, where: exp.Expr | None = None) -> SqlType:
+    """Convert a sqlglot DataType (as written in DDL or CAST) into a SqlType."""
+    name = dtype.this.name if hasattr(dtype.this, "name") else str(dtype.this)
+    mapped = _DTYPE_NAMES.get(name, name)
+    if mapped is None or ALIASES.get(mapped, mapped) not in KNOWN:
+        raise sql_error(f"unsupported column type {dtype.sql()}", where or dtype)
+    params: list[int] = []
+    for p in dtype.expressions:
+        lit = p.this if isinstance(p, exp.DataTypeParam) else p
+        if not (isinstance(lit, exp.Literal) and not lit.is_string):
+            raise sql_error(f"unsupported type parameter in {dtype.sql()}", where or dtype)
+        params.append(int(lit.this))
+    try:
+        return make_type(mapped, tuple(params))
+    except ValueError as e:
+        raise sql_error(str(e), where or dtype) from None
+
+
+def _table_def(stmt: exp.Create) -> TableDef:
+    kind = (stmt.args.get("kind") or "").upper()
+    if kind != "TABLE":
+        raise sql_error(f"CREATE {kind} is not supported: only CREATE TABLE", stmt)
+    if stmt.expression is not None:
+        raise sql_error("CREATE TABLE ... AS SELECT is not supported", stmt.expression)
+    schema = stmt.this
+    if not isinstance(schema, exp.Schema):
+        raise sql_error("CREATE TABLE needs a column list", stmt)
+    name = schema.this.name
+    columns: list[Column] = []
+    pk: list[str] = []
+    pk_node: exp.Expr | None = None
+    watermark: tuple[str, str] | None = None
+    for item in schema.expressions:
+        if isinstance(item, exp.ColumnDef):
+            col_name = item.name
+            if any(c.name.lower() == col_name.lower() for c in columns):
+                raise sql_error(f"table '{name}': column '{col_name}' is declared twice", item)
+            kind_node = item.args.get("kind")
+            if kind_node is None:
+                raise sql_error(f"table '{name}': column '{col_name}' has no type", item)
+            columns.append(Column(col_name, sql_type_of(kind_node, item)))
+            for constraint in item.constraints:
+                ckind = constraint.kind
+                if isinstance(ckind, exp.PrimaryKeyColumnConstraint):
+                    if pk_node is not None:
+                        raise sql_error(f"table '{name}' declares more than one PRIMARY KEY", item)
+                    pk, pk_node = [col_name], item
+                elif isinstance(ckind, (exp.NotNullColumnConstraint, exp.CommentColumnConstraint)):
+                    pass
+                else:
+                    raise sql_error(
+                        f"table '{name}': column constraint {describe(constraint)} is not supported", constraint
+                    )
+        elif isinstance(item, exp.PrimaryKey):
+            if pk_node is not None:
+                raise sql_error(f"table '{name}' declares more than one PRIMARY KEY", item)
+            pk = [e.name for e in item.expressions]
+            pk_node = item
+        elif isinstance(item, exp.WatermarkColumnConstraint):
+            col = item.this
+            if not isinstance(col, exp.Column) or item.expression is None:
+                raise sql_error("WATERMARK must read: WATERMARK FOR column AS expression", item)
+            watermark = (col.name, item.expression.sql(dialect=Tidemark))
+        else:
+            raise sql_error(f"table '{name}': {describe(item)} is not supported in CREATE TABLE", item)
+    if not columns:
+        raise sql_error(f"table '{name}' has no columns", stmt)
+    names = [c.name.lower() for c in columns]
+    for k in pk:
+        if k.lower() not in names:
+            raise sql_error(f"table '{name}': primary key column '{k}' is not a column of the table", pk_node)
+    if watermark and watermark[0].lower() not in names:
+        raise sql_error(f"table '{name}': watermark column '{watermark[0]}' is not a column of the table", stmt)
+    # canonical spelling of PK names = the column's declared spelling
+    pk = [columns[names.index(k.lower())].name for k in pk]
+    options = _with_options(stmt, name)
+    return TableDef(name, tuple(columns), tuple(pk), options, watermark)
+
+
+def _with_options(stmt: exp.Create, table: str) -> dict[str, str]:
+    props = stmt.args.get("properties")
+    options: dict[str, str] = {}
+    if props is None:
+        return options
+    for p in props.expressions:
+        if isinstance(p, exp.Property) and isinstance(p.this, exp.Literal) and p.this.is_string:
+            value = p.args.get("value")
+            if not (isinstance(value, exp.Literal) and value.is_string):
+                raise sql_error(f"table '{table}': option '{p.this.this}' needs a quoted string value", p)
+            options[str(p.this.this)] = str(value.this)
+        else:
+            raise sql_error(
+                f"table '{table}': {describe(p)} is not supported; table options are WITH ('key' = 'value', ...)",
+                p,
+            )
+    return options
