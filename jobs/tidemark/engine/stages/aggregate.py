@@ -1,0 +1,291 @@
+"""Group aggregate with retraction: SUM, COUNT, COUNT(*), MIN, MAX, AVG, LAST_VALUE.
+
+Why retractable accumulators: the input is a changelog, so every value that was added may
+later be retracted (``-U``/``-D``), and the result must then be exactly as if it had never
+been added. Each function therefore keeps what Flink's ``*WithRetract`` aggregate functions
+keep: a running sum and count for SUM/COUNT/AVG, a multiset of values for MIN/MAX (so
+retracting the current minimum finds the next one), and for LAST_VALUE every still-active
+value with its source positions (so retracting the latest rolls back to the one before).
+
+Per batch and group the changes form a Z-set: exact ``+x``/``-x`` pairs cancel, the rest is
+applied at once and the stage emits one net change (``+I`` new group, ``-U``/``+U`` changed
+row, ``-D`` when the group's row count reaches 0, nothing when the output row is unchanged).
+The output position is the greatest position among the batch's changes for that group.
+
+Semantics worth knowing:
+- SQL nulls are ignored by every function; SUM/MIN/MAX/AVG/LAST_VALUE of only nulls is NULL,
+  COUNT(col) of only nulls is 0. COUNT(*) (``COUNT_STAR``) counts rows.
+- AVG of integers is an integer, truncated toward zero like Java's long division (Flink's
+  AVG on BIGINT/INT). Floats divide as floats, Decimals as Decimals.
+- LAST_VALUE orders by source position, not arrival. A retraction of value ``v`` removes the
+  *earliest* active instance of ``v`` (Flink's ``LastValueWithRetractAggFunction`` removes the
+  first order it recorded); that rule is order- and batching-independent.
+- ``distinct=True`` feeds a value to SUM/COUNT/AVG only while its multiplicity is positive
+  (MIN/MAX/LAST_VALUE ignore it: DISTINCT cannot change their result).
+- A retraction that finds nothing to retract (row count would drop below 0) is counted as
+  ``retractions_without_state`` and ignored; it never crashes the pipeline.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from tidemark.engine.changelog import Change, diff_to_changes
+from tidemark.engine.errors import PlanError
+from tidemark.engine.stage import BatchContext
+
+FUNCS = ("SUM", "COUNT", "COUNT_STAR", "MIN", "MAX", "AVG", "LAST_VALUE")
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """One aggregate call: ``func`` over input column ``arg`` (``None`` only for COUNT(*))."""
+
+    func: str
+    arg: int | None = None
+    distinct: bool = False
+
+    def __post_init__(self) -> None:
+        if self.func not in FUNCS:
+            raise PlanError(f"unsupported aggregate function {self.func!r}; supported: {', '.join(FUNCS)}")
+        if self.arg is None and self.func not in ("COUNT", "COUNT_STAR"):
+            raise PlanError(f"aggregate {self.func} needs an argument column")
+
+    @property
+    def counts_rows(self) -> bool:
+        return self.func == "COUNT_STAR" or (self.func == "COUNT" and self.arg is None)
+
+
+# --- accumulators -------------------------------------------------------------------------
+# Small __slots__ classes rather than closures: state must pickle (Spark's state store)
+# and stay compact per group.
+
+
+class SumAcc:
+    """SUM and AVG: running total plus the number of non-null values behind it."""
+
+    __slots__ = ("total", "n")
+
+    def __init__(self) -> None:
+        self.total: Any = 0
+        self.n = 0
+
+    def update(self, v: Any, w: int) -> None:
+        self.total += v * w
+        self.n += w
+        if self.n <= 0:
+            # Reset rather than keep e.g. 1e-17 of float drift, or a negative leftover
+            # from a retraction of something never added.
+            self.total, self.n = 0, 0
+
+    def sum(self) -> Any:
+        return self.total if self.n > 0 else None
+
+    def avg(self) -> Any:
+        if self.n <= 0:
+            return None
+        t = self.total
+        if isinstance(t, int) and not isinstance(t, bool):
+            q = abs(t) // self.n  # Java long division truncates toward zero
+            return q if t >= 0 else -q
+        if isinstance(t, Decimal):
+            return t / Decimal(self.n)
+        return t / self.n
+
+
+class CountAcc:
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def update(self, v: Any, w: int) -> None:
+        self.n = max(self.n + w, 0)
+
+
+class ExtremeAcc:
+    """MIN/MAX over a multiset of values (Flink's Min/MaxWithRetract keep a map value->count).
+
+    The current extreme is cached; only retracting its last copy forces a rescan."""
+
+    __slots__ = ("values", "is_max", "cur", "dirty")
+
+    def __init__(self, is_max: bool) -> None:
+        self.values: dict = {}
+        self.is_max = is_max
+        self.cur: Any = None
+        self.dirty = False
+
+    def update(self, v: Any, w: int) -> None:
+        n = self.values.get(v, 0) + w
+        if n > 0:
+            self.values[v] = n
+            if not self.dirty and (
+                self.cur is None or (v > self.cur if self.is_max else v < self.cur)
+            ):
+                self.cur = v
+        else:
+            self.values.pop(v, None)
+            if v == self.cur:
+                self.dirty = True
+
+    def result(self) -> Any:
+        if self.dirty:
+            self.cur = (max if self.is_max else min)(self.values) if self.values else None
+            self.dirty = False
+        return self.cur
+
+
+class LastValueAcc:
+    """LAST_VALUE with retraction: active source positions per value; latest position wins."""
+
+    __slots__ = ("positions", "cur")
+
+    def __init__(self) -> None:
+        self.positions: dict[Any, list] = {}
+        self.cur: tuple | None = None  # (pos, repr(value), value) of the latest
+
+    def apply(self, adds: dict[Any, list], retracts: Counter) -> None:
+        rescan = False
+        for v in set(adds) | set(retracts):
+            active = sorted(self.positions.get(v, []) + adds.get(v, []))
+            k = retracts.get(v, 0)
+            if k:
+                active = active[k:]  # a retraction removes the earliest instance of v
+                rescan = rescan or (self.cur is not None and self.cur[2] == v)
+            if active:
+                self.positions[v] = active
+            else:
+                self.positions.pop(v, None)
+        if rescan:
+            self.cur = max(
+                ((p[-1], repr(v), v) for v, p in self.positions.items()), default=None
+            )
+        else:
+            for v, ps in adds.items():
+                if v in self.positions:
+                    cand = (self.positions[v][-1], repr(v), v)
+                    if self.cur is None or cand[:2] > self.cur[:2]:
+                        self.cur = cand
+
+    def result(self) -> Any:
+        return self.cur[2] if self.cur is not None else None
+
+
+class GroupState:
+    """Row count of the group plus one accumulator per aggregate call."""
+
+    __slots__ = ("rows", "accs", "distinct")
+
+    def __init__(self, aggs: Sequence[AggCall]) -> None:
+        self.rows = 0
+        self.accs = [_new_acc(a) for a in aggs]
+        # value multiplicities for DISTINCT calls, indexed like accs (None when not distinct)
+        self.distinct = [Counter() if _uses_distinct(a) else None for a in aggs]
+
+
+def _uses_distinct(a: AggCall) -> bool:
+    return a.distinct and a.func in ("SUM", "COUNT", "AVG") and not a.counts_rows
+
+
+def _new_acc(a: AggCall):
+    if a.func in ("SUM", "AVG"):
+        return SumAcc()
+    if a.func in ("COUNT", "COUNT_STAR"):
+        return CountAcc()
+    if a.func in ("MIN", "MAX"):
+        return ExtremeAcc(is_max=a.func == "MAX")
+    return LastValueAcc()
+
+
+class GroupAggregate:
+    """Keyed by the group-by columns; output row = group-by values, then one value per call."""
+
+    n_inputs = 1
+
+    def __init__(self, group_by: tuple[int, ...], aggs: list[AggCall], name: str = "aggregate"):
+        self.group_by = tuple(group_by)
+        self.aggs = list(aggs)
+        self.name = name
+
+    def key_of(self, change: Change, input_index: int = 0) -> tuple:
+        return tuple(change.row[i] for i in self.group_by)
+
+    def process_key(
+        self, key: tuple, inputs: Sequence[list[Change]], state: GroupState | None, ctx: BatchContext
+    ) -> tuple[GroupState | None, list[Change]]:
+        changes = inputs[0]
+        if not changes:
+            return state, []
+        net: Counter = Counter()
+        for c in changes:
+            net[c.row] += c.weight
+        pos = max(c.pos for c in changes)
+        old = self._output(key, state) if state is not None else None
+        st = state if state is not None else GroupState(self.aggs)
+
+        delta_rows = sum(net.values())
+        if st.rows + delta_rows < 0:
+            ctx.metrics["retractions_without_state"] += -(st.rows + delta_rows)
+        st.rows = max(st.rows + delta_rows, 0)
+        if st.rows == 0:
+            return None, diff_to_changes(old, None, pos)
+
+        for i, call in enumerate(self.aggs):
+            acc = st.accs[i]
+            if call.func == "LAST_VALUE":
+                self._apply_last_value(acc, call.arg, changes)
+            elif call.counts_rows:
+                acc.update(None, delta_rows)
+            else:
+                seen = st.distinct[i]
+                for row, w in net.items():
+                    v = row[call.arg]
+                    if v is None or w == 0:
+                        continue
+                    if seen is None:
+                        acc.update(v, w)
+                        continue
+                    before = seen[v]
+                    after = max(before + w, 0)
+                    if after:
+                        seen[v] = after
+                    else:
+                        seen.pop(v, None)
+                    if before == 0 and after > 0:
+                        acc.update(v, 1)
+                    elif before > 0 and after == 0:
+                        acc.update(v, -1)
+        return st, diff_to_changes(old, self._output(key, st), pos)
+
+    @staticmethod
+    def _apply_last_value(acc: LastValueAcc, arg: int, changes: list[Change]) -> None:
+        adds: dict[Any, list] = {}
+        retracts: Counter = Counter()
+        for c in changes:
+            v = c.row[arg]
+            if v is None:
+                continue
+            if c.is_add:
+                adds.setdefault(v, []).append(c.pos)
+            else:
+                retracts[v] += 1
+        acc.apply(adds, retracts)
+
+    def _output(self, key: tuple, st: GroupState) -> tuple:
+        vals = []
+        for call, acc in zip(self.aggs, st.accs):
+            f = call.func
+            if f == "SUM":
+                vals.append(acc.sum())
+            elif f == "AVG":
+                vals.append(acc.avg())
+            elif f in ("COUNT", "COUNT_STAR"):
+                vals.append(acc.n)
+            else:
+                vals.append(acc.result())
+        return tuple(key) + tuple(vals)
