@@ -97,18 +97,47 @@ def _sql_cast(value: Any, name: str, params: tuple) -> Any:
 def _sql_mod(a: Any, b: Any) -> Any:
     if b == 0:
         return None
+    a, b = _promote(a, b)
     if isinstance(a, int) and isinstance(b, int):
         return int(math.fmod(a, b)) if abs(a) < 2**52 and abs(b) < 2**52 else a - b * int(a / b)
     return math.fmod(a, b) if not isinstance(a, Decimal) else a % b
+
+
+def _promote(a: Any, b: Any) -> tuple[Any, Any]:
+    """Decimal meets float -> both float (Python refuses to mix them; SQL widens to DOUBLE)."""
+    if isinstance(a, Decimal) and isinstance(b, float):
+        return float(a), b
+    if isinstance(b, Decimal) and isinstance(a, float):
+        return a, float(b)
+    return a, b
 
 
 @null_if_any
 def _sql_div(a: Any, b: Any) -> Any:
     if b == 0:
         return None  # Spark (non-ANSI) and Flink return NULL on division by zero
+    a, b = _promote(a, b)
     if isinstance(a, Decimal) or isinstance(b, Decimal):
         return Decimal(a) / Decimal(b)
     return a / b
+
+
+@null_if_any
+def _sql_add(a: Any, b: Any) -> Any:
+    a, b = _promote(a, b)
+    return a + b
+
+
+@null_if_any
+def _sql_sub(a: Any, b: Any) -> Any:
+    a, b = _promote(a, b)
+    return a - b
+
+
+@null_if_any
+def _sql_mul(a: Any, b: Any) -> Any:
+    a, b = _promote(a, b)
+    return a * b
 
 
 def _sql_round(value: Any, decimals: Any = None, *_: Any) -> Any:
@@ -128,6 +157,10 @@ RUNTIME_ENV: dict[str, Any] = {
     "TM_CAST": _sql_cast,
     "MOD": _sql_mod,
     "DIV": _sql_div,
+    "ADD": _sql_add,
+    "SUB": _sql_sub,
+    "MUL": _sql_mul,
+    "Decimal": Decimal,
     "ROUND": _sql_round,
 }
 # non-deterministic functions would break retractions (a -U must equal its +I)
@@ -150,10 +183,20 @@ def _column_py(self: PythonGenerator, e: exp.Column) -> str:
     return f"row[{i}]"
 
 
+def _literal_py(self: PythonGenerator, e: exp.Literal) -> str:
+    if e.is_string:
+        return repr(str(e.this))
+    text = str(e.this)
+    if "." in text and "e" not in text.lower():
+        return f"Decimal({text!r})"  # SQL reads 0.5 as an exact DECIMAL, not a double
+    return text
+
+
 class _RowGenerator(PythonGenerator):
     TRANSFORMS = {
         **PythonGenerator.TRANSFORMS,
         exp.Column: _column_py,
+        exp.Literal: _literal_py,
         exp.Cast: _cast_py,
         exp.TryCast: _cast_py,
         exp.Div: lambda self, e: f"DIV({self.sql(e.this)}, {self.sql(e.expression)})",
@@ -206,6 +249,28 @@ def check_supported(expr: exp.Expr) -> None:
 def compile_row_fn(expr: exp.Expr) -> Callable[[tuple], Any]:
     """Compile a positional expression into ``row -> value`` (SQL NULL semantics)."""
     return eval(compile(python_source(expr), "<expr>", "eval"), dict(RUNTIME_ENV))  # noqa: S307
+
+
+class RowPredicate:
+    """A picklable ``row -> bool`` (True only when the SQL predicate is TRUE), for the
+    join's residual condition: it carries the expression and recompiles after pickling."""
+
+    def __init__(self, expr: exp.Expr) -> None:
+        self.expr = expr
+        self._fn = compile_row_fn(expr)
+
+    def __call__(self, row: tuple) -> bool:
+        verdict = self._fn(row)
+        return verdict is not None and bool(verdict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"expr": self.expr}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["expr"])
+
+    def __repr__(self) -> str:
+        return f"RowPredicate({self.expr.sql()})"
 
 
 def to_spark_sql(expr: exp.Expr, input_names: Sequence[str]) -> str:

@@ -1,0 +1,203 @@
+"""A compiled pipeline: the stage DAG of one ``INSERT ... SELECT`` plus its tables and
+options, and how to explain it. Hosts (replay, Spark) run ``nodes`` in list order, which
+is a topological order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidemark.engine.catalog import TableDef
+from tidemark.engine.plan import Node, Planner, format_key
+from tidemark.engine.sql import parse_script
+
+
+@dataclass
+class Pipeline:
+    sql: str
+    tables: dict[str, TableDef]
+    sources: dict[str, TableDef]
+    sink: TableDef
+    options: dict[str, str]
+    nodes: list[Node]
+    on_conflict: str | None
+    materializer_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ structure
+
+    @property
+    def sink_node(self) -> Node:
+        return self.nodes[-1]
+
+    @property
+    def source_nodes(self) -> dict[str, Node]:
+        return {n.table: n for n in self.nodes if n.kind == "source"}
+
+    @property
+    def stage_nodes(self) -> list[Node]:
+        """Nodes that carry a runtime stage, in topological order."""
+        return [n for n in self.nodes if n.stage is not None]
+
+    def node(self, node_id: int) -> Node:
+        return self.nodes[node_id]
+
+    def consumers(self, node_id: int) -> list[Node]:
+        return [n for n in self.nodes if node_id in n.inputs]
+
+    @property
+    def materializer(self) -> Node | None:
+        return next((n for n in self.nodes if n.kind == "materializer"), None)
+
+    @property
+    def merge_engine(self) -> Node | None:
+        return next((n for n in self.nodes if n.kind == "merge_engine"), None)
+
+    @property
+    def compaction_mode(self) -> str:
+        return self.options.get("table.exec.sink.upserts.compaction-mode", "CHECKPOINT").upper()
+
+    # ------------------------------------------------------------------ explain
+
+    def explain(self) -> dict[str, Any]:
+        """A JSON-ready description: every stage with its upsert key and changelog mode."""
+        mat = self.materializer
+        return {
+            "sink": self.sink.name,
+            "sink_primary_key": list(self.sink.primary_key),
+            "on_conflict": self.on_conflict,
+            "materializer": (
+                {
+                    "stage": mat.name,
+                    "strategy": mat.detail["strategy"],
+                    "upsert_key": mat.detail["upsert_key"],
+                    "primary_key": mat.detail["primary_key"],
+                    "reason": mat.detail["reason"],
+                    "ttl_ms": mat.detail.get("ttl_ms"),
+                }
+                if mat is not None
+                else None
+            ),
+            "merge_engine": self.merge_engine.detail["merge_engine"] if self.merge_engine else None,
+            "compaction_mode": self.compaction_mode,
+            "options": dict(self.options),
+            "stages": [self._explain_node(n) for n in self.nodes],
+        }
+
+    @staticmethod
+    def _explain_node(n: Node) -> dict[str, Any]:
+        key = n.upsert_key
+        detail = {k: v for k, v in n.detail.items() if v not in (None, "", [], {})}
+        if n.kind == "calc" and n.stage is not None:
+            spark = n.stage.to_spark_sql()
+            if spark["columns"] is not None:
+                detail["projections"] = [f"{sql} AS {name}" for name, sql in spark["columns"]]
+            if spark["filter"] is not None:
+                detail["filter"] = spark["filter"]
+        out: dict[str, Any] = {
+            "id": n.id,
+            "kind": n.kind,
+            "name": n.name,
+            "inputs": list(n.inputs),
+            "columns": list(n.columns),
+            "types": [str(t) if t is not None else None for t in n.types],
+            "changelog_mode": n.changelog_mode,
+            "upsert_key": n.key_names(key),
+            "upsert_keys": sorted([n.columns[i] for i in sorted(k)] for k in n.upsert_keys),
+        }
+        if n.table is not None:
+            out["table"] = n.table
+        if detail:
+            out["detail"] = detail
+        return out
+
+    def explain_text(self) -> str:
+        lines = [f"Pipeline INSERT INTO {self.sink.name}"
+                 + (f" ON CONFLICT DO {self.on_conflict}" if self.on_conflict else "")]  # fmt: skip
+        for n in self.nodes:
+            head = f"[{n.id}] {n.kind}"
+            if n.kind in ("source", "sink"):
+                head += f" {n.table}"
+            elif n.kind == "join":
+                head += f" {n.detail['join_type']}"
+            elif n.kind == "materializer":
+                head += f" ON CONFLICT DO {n.detail['strategy']}"
+            elif n.kind == "merge_engine":
+                head += f" {n.detail['merge_engine']}"
+            if n.inputs:
+                head += " <- " + ", ".join(f"[{i}]" for i in n.inputs)
+            lines.append(head)
+            lines.append(f"      mode: {n.changelog_mode}   upsert key: {format_key(n.key_names(n.upsert_key))}")
+            lines.append(f"      columns: {', '.join(n.columns)}")
+            for text in self._detail_lines(n):
+                lines.append(f"      {text}")
+        mat = self.materializer
+        if mat is not None:
+            lines.append(
+                f"Materializer: [{mat.id}] ON CONFLICT DO {mat.detail['strategy']} keyed by sink primary key "
+                f"{format_key(mat.detail['primary_key'])}; because {mat.detail['reason']}"
+            )
+        elif self.merge_engine is not None:
+            lines.append(f"Merge engine: {self.merge_engine.detail['merge_engine']} (no materializer needed)")
+        elif self.sink.primary_key:
+            lines.append(
+                f"No materializer: the upsert key reaching the sink equals its primary key "
+                f"{format_key(list(self.sink.primary_key))}"
+            )
+        else:
+            lines.append("No materializer: the sink has no primary key")
+        lines.append(f"Compaction: {self.compaction_mode} (the micro-batch is the barrier)")
+        if self.options:
+            lines.append("Options: " + ", ".join(f"{k}={v}" for k, v in self.options.items()))
+        return "\n".join(lines)
+
+    @staticmethod
+    def _detail_lines(n: Node) -> list[str]:
+        d = n.detail
+        out: list[str] = []
+        if n.kind == "source":
+            out.append(f"format: {d.get('format')}")
+        elif n.kind == "join":
+            out.append("on: " + " AND ".join(d["on"]))
+            if d.get("residual"):
+                out.append(f"residual: {d['residual']}")
+        elif n.kind == "aggregate":
+            out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
+            out.append(f"aggregates: {', '.join(d['aggregates'])}")
+        elif n.kind == "calc" and n.stage is not None:
+            spark = n.stage.to_spark_sql()
+            if spark["filter"] is not None:
+                out.append(f"filter: {spark['filter']}")
+            if spark["columns"] is not None:
+                out.append("project: " + ", ".join(f"{sql} AS {name}" for name, sql in spark["columns"]))
+        elif n.kind == "materializer":
+            out.append(f"primary key: {format_key(d['primary_key'])}   input upsert key: {format_key(d['upsert_key'])}")
+            if d.get("ttl_ms"):
+                out.append(f"state ttl: {d['ttl_ms']} ms")
+        elif n.kind == "sink":
+            out.append(f"format: {d.get('format')}   primary key: {format_key(d.get('primary_key') or None)}")
+            if d.get("on_conflict_ignored"):
+                out.append(d["on_conflict_ignored"])
+        return out
+
+
+def compile_sql(sql: str) -> Pipeline:
+    """Parse and plan a pipeline script. Raises SqlError / PlanError with a message a user
+    can act on (what and where)."""
+    script = parse_script(sql)
+    planner = Planner(script)
+    nodes = planner.plan()
+    ins = script.insert
+    assert ins is not None
+    sink = script.table(ins.table)
+    assert sink is not None
+    return Pipeline(
+        sql=sql,
+        tables=dict(script.tables),
+        sources=dict(planner.used_tables),
+        sink=sink,
+        options=dict(script.options),
+        nodes=nodes,
+        on_conflict=ins.on_conflict,
+        materializer_reason=planner.materializer_reason,
+    )

@@ -1,0 +1,139 @@
+"""The in-process host: runs a compiled pipeline one micro-batch at a time.
+
+It is the reference host: the Spark job must produce what this produces. Per batch it
+walks the stage DAG in topological order; stateless stages get the whole batch, keyed
+stages get each key's changes (one list per input) with that key's state from a dict,
+exactly as the stage contract describes. Nothing here depends on the order of changes
+inside a batch, except where the stages themselves use source positions.
+
+The sink table is kept the way a consumer of the sink topic would see it, consolidated
+per primary key per batch (DESIGN.md "Consolidating one key's rows in a batch"): exact
+``+X``/``-X`` pairs cancel, the rest applies in source-position order with retractions
+first; an add sets the row, a retraction removes the row only if it is the row stored
+(a retraction of a row the table does not hold is counted as
+``sink_retractions_without_row``, never applied to another row).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tidemark.engine.changelog import Change
+from tidemark.engine.errors import InputError
+from tidemark.engine.pipeline import Pipeline
+from tidemark.engine.stage import BatchContext
+
+
+def _pk_of(row: tuple, pk: Sequence[int]) -> tuple:
+    return tuple(row[i] for i in pk) if pk else row
+
+
+def apply_to_table(
+    table: dict[tuple, tuple], changes: Iterable[Change], pk: Sequence[int], metrics: Counter | None = None
+) -> None:
+    """Apply one batch of sink changes to a materialized table keyed by ``pk`` (positions;
+    empty = the whole row is the key)."""
+    by_key: dict[tuple, list[Change]] = {}
+    for c in changes:
+        by_key.setdefault(_pk_of(c.row, pk), []).append(c)
+    for key, cs in by_key.items():
+        weight: Counter = Counter()
+        for c in cs:
+            weight[c.row] += c.weight
+        # keep, per row, only the changes its net weight leaves (latest positions first
+        # to survive: an add that outlives its retraction is the later one)
+        remaining: list[Change] = []
+        for row, w in weight.items():
+            if w == 0:
+                continue
+            same = sorted((c for c in cs if c.row == row and (c.weight > 0) == (w > 0)), key=lambda c: c.pos)
+            remaining.extend(same[-abs(w):])
+        remaining.sort(key=lambda c: (c.pos, c.weight))  # retractions (-1) before adds at one pos
+        for c in remaining:
+            if c.weight > 0:
+                table[key] = c.row
+            elif table.get(key) == c.row:
+                del table[key]
+            elif metrics is not None:
+                metrics["sink_retractions_without_row"] += 1
+
+
+class ReplayHost:
+    """Runs ``pipeline`` batch by batch, keeping every keyed stage's state in dicts."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.state: dict[int, dict[tuple, Any]] = {n.id: {} for n in pipeline.nodes if _is_keyed(n.stage)}
+        self.metrics: Counter = Counter()
+        self._table: dict[tuple, tuple] = {}
+        self.batch_id = 0
+        self._sink_pk = pipeline.sink.pk_indexes
+
+    def run_batch(self, inputs: Mapping[str, list[Change]], now_ms: int = 0) -> list[Change]:
+        """Run one micro-batch; ``inputs`` maps source table name -> its changes in this
+        batch. Returns the changes the sink receives. ConflictError propagates."""
+        sources = self.pipeline.source_nodes
+        for name in inputs:
+            if name not in sources:
+                raise InputError(
+                    f"input '{name}'",
+                    f"the pipeline reads no table of that name (it reads: {', '.join(sorted(sources)) or 'nothing'})",
+                )
+        ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=Counter())
+        outputs: dict[int, list[Change]] = {}
+        sink_changes: list[Change] = []
+        for node in self.pipeline.nodes:
+            if node.kind == "source":
+                outputs[node.id] = list(inputs.get(node.table, []))
+                ctx.metrics[f"records_in:{node.table}"] += len(outputs[node.id])
+            elif node.kind == "sink":
+                sink_changes = outputs[node.inputs[0]]
+                outputs[node.id] = sink_changes
+            elif _is_keyed(node.stage):
+                outputs[node.id] = self._run_keyed(node.id, node.stage, [outputs[i] for i in node.inputs], ctx)
+            else:
+                outputs[node.id] = node.stage.process(outputs[node.inputs[0]])
+        apply_to_table(self._table, sink_changes, self._sink_pk, ctx.metrics)
+        ctx.metrics["sink_changes"] += len(sink_changes)
+        self.metrics.update(ctx.metrics)
+        self.batch_id += 1
+        return sink_changes
+
+    def _run_keyed(self, node_id: int, stage: Any, inputs: list[list[Change]], ctx: BatchContext) -> list[Change]:
+        n = stage.n_inputs
+        groups: dict[tuple, list[list[Change]]] = {}
+        for idx, changes in enumerate(inputs):
+            for c in changes:
+                key = stage.key_of(c, idx)
+                lists = groups.get(key)
+                if lists is None:
+                    lists = groups[key] = [[] for _ in range(n)]
+                lists[idx].append(c)
+        store = self.state[node_id]
+        emitted: list[Change] = []
+        for key, lists in groups.items():
+            new_state, out = stage.process_key(key, lists, store.get(key), ctx)
+            if new_state is None:
+                store.pop(key, None)
+            else:
+                store[key] = new_state
+            emitted.extend(out)
+        return emitted
+
+    def table(self) -> dict[tuple, tuple]:
+        """The materialized sink table: sink PK tuple -> row (whole row when no PK)."""
+        return dict(self._table)
+
+    def rows(self) -> list[tuple]:
+        """The sink table's rows sorted by key (None sorts first)."""
+        return [self._table[k] for k in sorted(self._table, key=_sort_key)]
+
+
+def _sort_key(key: tuple) -> tuple:
+    return tuple((v is not None, v) for v in key)
+
+
+def _is_keyed(stage: Any) -> bool:
+    return stage is not None and hasattr(stage, "process_key")
