@@ -15,3 +15,7 @@ def _root() -> None:
 from tidemark.cli.replay import replay as _replay  # noqa: E402
 
 app.command("replay")(_replay)
+
+from tidemark.cli.explain import explain as _explain  # noqa: E402
+
+app.command("explain")(_explain)
