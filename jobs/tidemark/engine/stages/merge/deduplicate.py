@@ -1,0 +1,15 @@
+"""``deduplicate`` (the default): the last record in merge order wins; if it is a
+retraction (``-D``, or ``-U`` as in Paimon), the key is deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tidemark.engine.changelog import ADDS
+from tidemark.engine.stages.merge.ordering import Item
+
+
+class DeduplicateMerge:
+    def merge(self, items: Sequence[Item]) -> tuple | None:
+        last = items[-1]
+        return last.row if last.kind in ADDS else None

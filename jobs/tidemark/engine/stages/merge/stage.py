@@ -1,0 +1,124 @@
+"""The merge engine as a keyed sink stage.
+
+Keyed by the sink primary key. State per key is the merged row and the greatest source
+position merged into it -- ``(row, pos)`` -- plus, for ``full-compaction``, the row emitted
+at the last barrier and since when the key has changes waiting: ``(row, pos, emitted,
+dirty_since_ms)``. Everything an engine needs lives in the merged row itself (as in Paimon,
+where a compacted row is all that is left of its history), which keeps state at one row per
+key. ``None`` when the key has no row and nothing pending.
+
+Per batch and key: drop retractions under ``ignore-delete``; cancel exact ``+X``/``-X``
+pairs; order the rest together with the state row (``ordering``); fold them with the
+engine; emit what the changelog producer asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tidemark.engine.changelog import ADDS, Change
+from tidemark.engine.errors import InputError
+from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.merge import producers
+from tidemark.engine.stages.merge.aggregators import MergeError
+from tidemark.engine.stages.merge.options import MergeConfig
+from tidemark.engine.stages.merge.ordering import cancel_pairs, merge_order
+
+
+class MergeEngineStage:
+    n_inputs = 1
+
+    def __init__(self, cfg: MergeConfig, merge_fn: Any, name: str = "merge_engine"):
+        self.cfg = cfg
+        self.name = name
+        self.merge_fn = merge_fn
+        self.pk = cfg.pk
+        self.width = len(cfg.columns)
+        self.fill_key = cfg.engine in ("partial-update", "aggregation")
+        self.producer = cfg.producer
+        self.full = cfg.producer == "full-compaction"
+        # first-row's changelog is insert-only: an unchanged row is never re-emitted.
+        self.dedupe = cfg.row_deduplicate or cfg.engine == "first-row"
+
+    def describe(self) -> dict[str, Any]:
+        return self.cfg.describe()
+
+    def key_of(self, change: Change, input_index: int = 0) -> tuple:
+        return tuple(change.row[i] for i in self.pk)
+
+    def wakeup_ms(self, state: Any) -> int | None:
+        """When the host must call ``process_key`` for this key even without records
+        (``full-compaction`` barriers); ``None`` when nothing is pending."""
+        if not self.full or state is None or state[3] is None:
+            return None
+        return producers.next_barrier_ms(state[3], self.cfg.compaction_interval_ms)
+
+    def process_key(
+        self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
+    ) -> tuple[Any, list[Change]]:
+        old_row, old_pos = (state[0], state[1]) if state is not None else (None, ())
+        records = self._accepted(key, inputs[0], ctx)
+        effective = cancel_pairs(records) if len(records) > 1 else records
+        if len(effective) < len(records):
+            ctx.metrics["merge_pairs_cancelled"] += (len(records) - len(effective)) // 2
+        if effective:
+            new_row = self._merge(key, effective, old_row, old_pos)
+            pos = max(old_pos, max(c.pos for c in effective))
+        else:
+            new_row, pos = old_row, old_pos
+        if self.full:
+            return self._full_compaction(state, new_row, pos, bool(effective), ctx)
+        new_state = (new_row, pos) if new_row is not None else None
+        if self.producer == "none":
+            return new_state, producers.upserts(old_row, new_row, pos)
+        if self.producer == "input":
+            return new_state, producers.input_records(records)
+        if not effective:
+            return new_state, []
+        return new_state, producers.full_diff(old_row, new_row, pos, self.dedupe)
+
+    def _accepted(self, key: tuple, records: list[Change], ctx: BatchContext) -> list[Change]:
+        for c in records:
+            if len(c.row) != self.width:
+                raise InputError(
+                    f"table '{self.cfg.table}'",
+                    f"row {c.row!r} has {len(c.row)} columns, expected {self.width}",
+                )
+        if self.cfg.ignore_delete:
+            kept = [c for c in records if c.kind in ADDS]
+            if len(kept) < len(records):
+                ctx.metrics["merge_deletes_ignored"] += len(records) - len(kept)
+            return kept
+        return records
+
+    def _merge(self, key: tuple, records: list[Change], old_row: tuple | None,
+               old_pos: tuple) -> tuple | None:
+        items = merge_order(records, old_row, old_pos, self.cfg.sequence_fields,
+                            self.cfg.sequence_ascending)
+        try:
+            row = self.merge_fn.merge(items)
+        except MergeError as exc:
+            pk = ", ".join(f"{self.cfg.columns[i]}={v!r}" for i, v in zip(self.pk, key))
+            raise InputError(f"table '{self.cfg.table}'", f"primary key ({pk}): {exc}") from None
+        if row is not None and self.fill_key:
+            values = list(row)
+            for i, v in zip(self.pk, key):
+                values[i] = v
+            row = tuple(values)
+        return row
+
+    def _full_compaction(self, state: Any, new_row: tuple | None, pos: tuple, applied: bool,
+                         ctx: BatchContext) -> tuple[Any, list[Change]]:
+        emitted, dirty = (state[2], state[3]) if state is not None else (None, None)
+        if applied and dirty is None:
+            dirty = ctx.now_ms
+        changes: list[Change] = []
+        if dirty is not None and producers.barrier_due(
+            dirty, ctx.now_ms, self.cfg.compaction_interval_ms
+        ):
+            changes = producers.full_diff(emitted, new_row, pos, self.dedupe)
+            emitted, dirty = new_row, None
+        if new_row is None and emitted is None and dirty is None:
+            return None, changes
+        return (new_row, pos, emitted, dirty), changes
