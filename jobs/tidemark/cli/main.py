@@ -19,3 +19,7 @@ app.command("replay")(_replay)
 from tidemark.cli.explain import explain as _explain  # noqa: E402
 
 app.command("explain")(_explain)
+
+from tidemark.control.cli import control as _control  # noqa: E402
+
+app.command("control")(_control)

@@ -1,0 +1,185 @@
+"""The REST API: thin handlers over ``Controller``; every error is JSON with a message.
+
+All ``/v1`` endpoints need the bearer token (``TIDEMARK_API_TOKEN``), compared in constant
+time; ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` do not. Handlers are
+plain ``def`` functions: FastAPI runs them in its thread pool, which is right for the
+blocking Kafka round trips behind them.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Path, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+
+from tidemark.control import planning
+from tidemark.control.controller import Conflict, Controller, NotFound
+from tidemark.control.metrics import build_registry
+from tidemark.control.middleware import AccessLog, BodySizeLimit
+from tidemark.control.models import (
+    NAME_PATTERN, ErrorBody, ExplainRequest, Health, PipelineCreate, PipelineCreated, PipelineList, PipelineStatus,
+    PipelineView,
+)
+from tidemark.control.registry_kafka import RegistryUnavailable
+from tidemark.control.registry_log import PipelineRecord
+
+log = logging.getLogger("tidemark.control.app")
+
+PipelineName = Annotated[str, Path(pattern=NAME_PATTERN, description="Pipeline name")]
+
+
+def _errors(*codes: int) -> dict:
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+def _view(rec: PipelineRecord) -> dict:
+    return {"name": rec.name, "sql": rec.sql, "options": rec.options, "desired": rec.desired,
+            "version": rec.version, "created_at": rec.created_at, "updated_at": rec.updated_at}
+
+
+def create_app(controller: Controller, api_token: str | None, *, max_body_bytes: int = 1024 * 1024,
+               manage_controller: bool = True) -> FastAPI:
+    """``api_token=None`` means ``--insecure-dev``: no authentication at all."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if manage_controller:
+            controller.start()
+        try:
+            yield
+        finally:
+            if manage_controller:
+                controller.close()
+
+    app = FastAPI(title="Tidemark control service", version="1", lifespan=lifespan,
+                  description="Register, explain, run and watch changelog pipelines.")
+    metrics_registry, request_histogram = build_registry(controller)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    app.add_middleware(AccessLog, histogram=request_histogram)
+
+    bearer = HTTPBearer(auto_error=False, description="TIDEMARK_API_TOKEN")
+
+    def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        if api_token is None:
+            return
+        given = creds.credentials.encode() if creds is not None else b""
+        if creds is None or not secrets.compare_digest(given, api_token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    def ready() -> None:
+        reason = controller.ready_reason if not controller.registry.loaded else None
+        if reason:
+            raise HTTPException(503, f"not ready: {reason}")
+
+    v1 = [Depends(authorize), Depends(ready)]
+    common = _errors(401, 503)
+
+    # -- errors: always JSON with a message, never a stack trace --------------------------
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
+        return JSONResponse({"detail": "; ".join(parts) or "invalid request", "errors": errors}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_req: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(planning.PlanRejected)
+    async def _plan(_req: Request, exc: planning.PlanRejected) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "kind": exc.kind}, status_code=422)
+
+    @app.exception_handler(NotFound)
+    async def _missing(_req: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_req: Request, exc: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(RegistryUnavailable)
+    async def _unavailable(_req: Request, exc: RegistryUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(Exception)
+    async def _crash(_req: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", exc_info=exc)
+        return JSONResponse({"detail": "internal error; see the control service log"}, status_code=500)
+
+    # -- pipelines --------------------------------------------------------------------------
+
+    @app.post("/v1/pipelines", status_code=201, response_model=PipelineCreated, dependencies=v1,
+              responses=_errors(401, 409, 413, 422, 503), summary="Register a pipeline (not started)")
+    def create_pipeline(body: PipelineCreate) -> dict:
+        plan = planning.explain(body.sql)
+        rec = controller.create(body.name, body.sql, body.options.model_dump())
+        return {**_view(rec), "plan": plan}
+
+    @app.post("/v1/explain", dependencies=v1, responses=_errors(401, 413, 422, 503),
+              summary="Plan SQL without registering it")
+    def explain(body: ExplainRequest) -> dict:
+        return planning.explain(body.sql)
+
+    @app.get("/v1/pipelines", response_model=PipelineList, dependencies=v1, responses=common)
+    def list_pipelines() -> dict:
+        return {"pipelines": [_view(r) for r in controller.list()]}
+
+    @app.get("/v1/pipelines/{name}", response_model=PipelineView, dependencies=v1,
+             responses=_errors(401, 404, 422, 503))
+    def get_pipeline(name: PipelineName) -> dict:
+        return _view(controller.get(name))
+
+    @app.delete("/v1/pipelines/{name}", status_code=204, dependencies=v1, responses=_errors(401, 404, 422, 503),
+                summary="Stop the pipeline's job and remove it from the registry")
+    def delete_pipeline(name: PipelineName) -> Response:
+        controller.delete(name)
+        return Response(status_code=204)
+
+    @app.post("/v1/pipelines/{name}/start", status_code=202, response_model=PipelineStatus, dependencies=v1,
+              responses=_errors(401, 404, 409, 422, 503),
+              summary="Desire the pipeline running (again, if its job failed or finished)")
+    def start_pipeline(name: PipelineName) -> dict:
+        controller.set_desired(name, "running")
+        return controller.status(name)
+
+    @app.post("/v1/pipelines/{name}/stop", status_code=202, response_model=PipelineStatus, dependencies=v1,
+              responses=_errors(401, 404, 409, 422, 503))
+    def stop_pipeline(name: PipelineName) -> dict:
+        controller.set_desired(name, "stopped")
+        return controller.status(name)
+
+    @app.get("/v1/pipelines/{name}/status", response_model=PipelineStatus, dependencies=v1,
+             responses=_errors(401, 404, 422, 503))
+    def pipeline_status(name: PipelineName) -> dict:
+        return controller.status(name)
+
+    # -- operations ---------------------------------------------------------------------------
+
+    @app.get("/healthz", response_model=Health, summary="The process is alive")
+    def healthz() -> dict:
+        return {"status": "ok", "service_id": controller.service_id}
+
+    @app.get("/readyz", response_model=Health, responses={503: {"model": Health}},
+             summary="Broker reachable and registry loaded")
+    def readyz() -> JSONResponse:
+        reason = controller.ready_reason
+        body = {"status": "ready" if reason is None else "not ready", "reason": reason,
+                "service_id": controller.service_id}
+        return JSONResponse(body, status_code=200 if reason is None else 503)
+
+    @app.get("/metrics", response_class=Response, summary="Prometheus text format",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    def metrics() -> Response:
+        return Response(generate_latest(metrics_registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,83 @@
+"""``tidemark control``: the control service under uvicorn.
+
+Uvicorn owns the signals: on SIGTERM/SIGINT it stops taking requests and runs the app's
+lifespan shutdown, which stops the local jobs and releases their leases (so another
+service, or this one restarted, takes them over at once). Exit status 2 for a bad
+command line or configuration, with one line saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+log = logging.getLogger("tidemark.control")
+
+
+@contextlib.contextmanager
+def _broker(bootstrap_servers: str | None):
+    """The given brokers, else KAFKA_BOOTSTRAP_SERVERS, else the project's embedded broker."""
+    servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if servers:
+        yield servers
+        return
+    try:
+        from tidemark.kafka.broker import embedded_broker
+    except ImportError as exc:
+        raise typer.BadParameter(
+            "no --bootstrap-servers given and the embedded broker (tidemark.kafka.broker) is not available: "
+            f"{exc}", param_hint="--bootstrap-servers") from exc
+    with embedded_broker() as servers:
+        log.info("embedded broker at %s (memory only: the registry is lost when it stops)", servers)
+        yield servers
+
+
+def control(
+    host: Annotated[str, typer.Option(help="Listen address (loopback by default; expose on purpose)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port")] = 8080,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka brokers; default: embedded broker")] = None,
+    state_dir: Annotated[Path, typer.Option(help="Job files, logs and checkpoints; one per service")] = Path(
+        ".tidemark/control"),
+    registry_topic: Annotated[str, typer.Option(help="Compacted topic holding the registry")] = "tidemark.registry",
+    master: Annotated[str | None, typer.Option(help="Spark master URL for the jobs (default local[*])")] = None,
+    checkpoint_root: Annotated[str | None, typer.Option(
+        help="Where job checkpoints live; shared storage lets another service take over")] = None,
+    service_id: Annotated[str | None, typer.Option(help="Lease owner id; default: persisted in the state dir")] = None,
+    lease_ttl: Annotated[float, typer.Option(help="Seconds a pipeline lease lasts without renewal")] = 15.0,
+    insecure_dev: Annotated[bool, typer.Option("--insecure-dev", help="Run without a bearer token (dev only)")] = False,
+) -> None:
+    """Start the control service: REST API, pipeline registry, job supervision."""
+    from tidemark.control.app import create_app
+    from tidemark.control.controller import Controller, StateDirInUse
+    from tidemark.control.settings import ControlSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    token = os.environ.get("TIDEMARK_API_TOKEN") or None
+    if token is None and not insecure_dev:
+        typer.echo("error: set TIDEMARK_API_TOKEN (the bearer token clients must send), "
+                   "or pass --insecure-dev for a local, unauthenticated service", err=True)
+        raise typer.Exit(2)
+    if token is None:
+        typer.echo("WARNING: --insecure-dev: the API accepts every request without a token; "
+                   "never expose this service beyond your machine", err=True)
+    with _broker(bootstrap_servers) as servers:
+        settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,
+                                   registry_topic=registry_topic, service_id=service_id, spark_master=master,
+                                   checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl)
+        try:
+            controller = Controller(settings)
+        except StateDirInUse as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        app = create_app(controller, token, max_body_bytes=settings.max_body_bytes)
+        log.info("control service %s on http://%s:%d (registry %s on %s)", controller.service_id, host, port,
+                 registry_topic, servers)
+        uvicorn.run(app, host=host, port=port, access_log=False, log_config=None, timeout_graceful_shutdown=30)

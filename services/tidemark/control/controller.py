@@ -1,0 +1,331 @@
+"""Makes this service's jobs match the registry: a reconcile loop over the shared state.
+
+The HTTP layer only writes desired state into the registry topic; this loop (every
+``reconcile_interval_s``) looks at what the registry says and at the jobs this service
+runs, and closes the gap:
+
+* desired ``running`` and nobody holds the lease -> claim it; if the claim won, start the job;
+* lease held by this service -> keep the job running, renew the lease every ttl/3
+  (the renewal carries the job's status for the other services);
+* desired ``stopped``, pipeline deleted, or lease lost to someone else -> stop the job and
+  release the lease (self-fencing: a job whose lease this service can no longer confirm
+  is stopped before the lease can expire for the others).
+
+A job that finishes on its own with status 0 (``until_idle``) sets desired ``stopped``, so
+a restarted service does not run it again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
+from tidemark.control.registry_log import LEASE_PREFIX, LeaseRecord, PipelineRecord, RegistryState
+from tidemark.control.settings import ControlSettings
+from tidemark.control.status_channel import JobProgress
+from tidemark.control.supervisor import JobSpec, JobSupervisor
+
+log = logging.getLogger("tidemark.control.controller")
+
+
+class NotFound(Exception):
+    pass
+
+
+class Conflict(Exception):
+    pass
+
+
+class StateDirInUse(Exception):
+    pass
+
+
+def job_argv(base: list[str], sql_file: Path, bootstrap_servers: str, checkpoint: str,
+             master: str | None, until_idle: bool) -> list[str]:
+    """The job's command line as a list: user text (the SQL) only ever travels in a file."""
+    argv = [*base, str(sql_file), "--bootstrap-servers", bootstrap_servers, "--checkpoint", checkpoint]
+    if master:
+        argv += ["--master", master]
+    if until_idle:
+        argv.append("--until-idle")
+    return argv
+
+
+class Controller:
+    def __init__(self, settings: ControlSettings):
+        self.settings = settings
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(settings.state_dir / ".lock", "w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise StateDirInUse(f"state dir {settings.state_dir} is used by another control service; "
+                                "give each service its own --state-dir") from exc
+        self.service_id = settings.service_id or self._persistent_service_id()
+        self.registry = KafkaRegistry(settings.bootstrap_servers, settings.registry_topic,
+                                      lease_grace_s=settings.lease_grace_s)
+        self.supervisors: dict[str, JobSupervisor] = {}
+        self._progress: dict[str, JobProgress] = {}
+        self._renewed_at: dict[str, float] = {}
+        self._confirmed_until: dict[str, float] = {}
+        self._started_version: dict[str, int] = {}
+        self._mutex = threading.RLock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
+
+    def _persistent_service_id(self) -> str:
+        path = self.settings.state_dir / "service-id"
+        if not path.exists():
+            path.write_text(f"control-{uuid.uuid4().hex[:12]}\n")
+        return path.read_text().strip()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.registry.start()
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop every local job and hand their leases back, so another service (or this one,
+        restarted) takes over at once instead of after the lease expires."""
+        self._stop.set()
+        self._thread.join(10)
+        with self._mutex:
+            names = list(self.supervisors)
+        for name in names:
+            self._stop_local(name, release=True)
+        self.registry.close()
+        self._lock_file.close()
+
+    @property
+    def ready_reason(self) -> str | None:
+        """None when ready; otherwise why not (for /readyz)."""
+        if not self.registry.loaded:
+            return self.registry.load_error or "registry not loaded yet"
+        return self.registry.reachable()
+
+    # -- the reconcile loop ---------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.settings.reconcile_interval_s):
+            if not self.registry.loaded:
+                continue
+            try:
+                self.reconcile_once()
+            except RegistryUnavailable as exc:
+                log.warning("reconcile: %s", exc)
+            except Exception:
+                log.exception("reconcile failed")
+
+    def reconcile_once(self) -> None:
+        with self._mutex:
+            self._reconcile()
+
+    def _reconcile(self) -> None:
+        now = time.time()
+        pipelines, holders = self.registry.read(
+            lambda s: (dict(s.pipelines), {n: s.lease_holder(n, now) for n in s.pipelines}))
+        for name in list(self.supervisors):
+            if name not in pipelines or pipelines[name].uid != self._uid_of(name):
+                self._stop_local(name, release=True, cleanup=True)
+        for name, rec in pipelines.items():
+            holder = holders.get(name)
+            sup = self.supervisors.get(name)
+            if rec.desired != "running":
+                if sup is not None and sup.alive:
+                    self._stop_local(name, release=True)
+                elif holder == self.service_id:
+                    self._lease_write(name, "release")
+                continue
+            # a job that died (failed or finished) stays down until the next start request
+            wants_job = sup is None or (not sup.alive and rec.version > self._started_version.get(name, 0))
+            if holder is None:
+                if wants_job and self._lease_write(name, "claim"):
+                    self._start_local(rec)
+            elif holder == self.service_id:
+                if wants_job:
+                    self._start_local(rec)
+                if now - self._renewed_at.get(name, 0.0) >= self.settings.lease_ttl_s / 3:
+                    if not self._lease_write(name, "renew"):
+                        self._fence(name, "lease renewal lost")
+            elif sup is not None and sup.alive:
+                self._fence(name, f"lease now held by {holder}")
+        # self-fencing: never run past the last lease expiry this service confirmed
+        for name, sup in list(self.supervisors.items()):
+            if sup.alive and time.time() >= self._confirmed_until.get(name, 0.0):
+                self._fence(name, "lease not confirmed in time")
+
+    def _fence(self, name: str, why: str) -> None:
+        """Stop the local job without releasing (the lease is not ours any more, or soon
+        will not be) and forget the supervisor, so the job starts again if the lease
+        comes back to this service."""
+        log.warning("pipeline %s: %s; stopping the local job", name, why)
+        self._stop_local(name, release=False)
+        self.supervisors.pop(name, None)
+
+    def _uid_of(self, name: str) -> str:
+        return self.supervisors[name].spec.env.get("TIDEMARK_PIPELINE_UID", "")
+
+    def _lease_write(self, name: str, op: str) -> bool:
+        sup = self.supervisors.get(name)
+        status = sup.snapshot() if sup else {}
+        now = time.time()
+        rec = LeaseRecord(owner=self.service_id, op=op, ts=now, ttl=self.settings.lease_ttl_s,
+                          status=status, request_id=self.registry.new_request_id())
+        self.registry.write(LEASE_PREFIX + name, rec.to_value())
+        won = self.registry.outcome(rec.request_id)
+        if won and op != "release":
+            self._renewed_at[name] = now
+            self._confirmed_until[name] = now + self.settings.lease_ttl_s
+        if not won and op == "claim":
+            log.info("pipeline %s: another service claimed it first", name)
+        return won
+
+    def _pipeline_dir(self, rec: PipelineRecord) -> Path:
+        return self.settings.state_dir / "pipelines" / f"{rec.name}-{rec.uid[:12]}"
+
+    def _start_local(self, rec: PipelineRecord) -> None:
+        with self._mutex:
+            workdir = self._pipeline_dir(rec)
+            workdir.mkdir(parents=True, exist_ok=True)
+            sql_file = workdir / f"{rec.name}.sql"  # the stem names the pipeline (its DLQ topic)
+            sql_file.write_text(rec.sql)
+            root = self.settings.checkpoint_root or str(self.settings.state_dir / "checkpoints")
+            checkpoint = f"{root.rstrip('/')}/{rec.name}-{rec.uid[:12]}"
+            options = rec.options or {}
+            argv = job_argv(self.settings.job_command, sql_file, self.settings.bootstrap_servers, checkpoint,
+                            self.settings.spark_master, bool(options.get("until_idle")))
+            spec = JobSpec(name=rec.name, argv=argv, workdir=workdir,
+                           env={"TIDEMARK_PIPELINE_UID": rec.uid},
+                           restart=bool(options.get("restart")),
+                           backoff_base_s=self.settings.restart_backoff_base_s,
+                           backoff_max_s=float(options.get("restart_max_backoff_s") or 60.0),
+                           stop_timeout_s=self.settings.job_stop_timeout_s)
+            progress = self._progress.setdefault(rec.name, JobProgress())
+            sup = JobSupervisor(spec, progress, on_finished=self._on_finished)
+            self.supervisors[rec.name] = sup
+            self._started_version[rec.name] = rec.version
+            sup.start()
+            log.info("pipeline %s: started locally (owner %s)", rec.name, self.service_id)
+
+    def _stop_local(self, name: str, *, release: bool, cleanup: bool = False) -> None:
+        with self._mutex:
+            sup = self.supervisors.get(name)
+        if sup is not None:
+            sup.stop()
+        if release:
+            try:
+                holder = self.registry.read(lambda s: s.lease_holder(name, time.time()))
+                if holder == self.service_id:
+                    self._lease_write(name, "release")
+            except RegistryUnavailable as exc:
+                log.warning("pipeline %s: could not release its lease: %s", name, exc)
+        if cleanup:
+            with self._mutex:
+                self.supervisors.pop(name, None)
+                self._progress.pop(name, None)
+                self._started_version.pop(name, None)
+            if sup is not None:
+                shutil.rmtree(sup.spec.workdir, ignore_errors=True)
+            try:
+                self.registry.write(LEASE_PREFIX + name, None)
+            except RegistryUnavailable:
+                pass
+        self._confirmed_until.pop(name, None)
+
+    def _on_finished(self, name: str) -> None:
+        """The job ended by itself with status 0: record desired ``stopped`` in the registry."""
+        try:
+            self.set_desired(name, "stopped")
+        except (NotFound, Conflict, RegistryUnavailable) as exc:
+            log.warning("pipeline %s finished; could not record it as stopped: %s", name, exc)
+
+    # -- operations behind the API ----------------------------------------------------------
+
+    def create(self, name: str, sql: str, options: dict[str, Any]) -> PipelineRecord:
+        if self.registry.read(lambda s: name in s.pipelines):
+            raise Conflict(f"pipeline '{name}' already exists")
+        now = time.time()
+        rec = PipelineRecord(name=name, sql=sql, options=options, desired="stopped", version=1,
+                             uid=uuid.uuid4().hex, request_id=self.registry.new_request_id(),
+                             created_at=now, updated_at=now)
+        offset = self.registry.write(name, rec.to_value())
+        if not self.registry.outcome(rec.request_id):
+            self._repair(name, offset)
+            raise Conflict(f"pipeline '{name}' already exists")
+        return rec
+
+    def set_desired(self, name: str, desired: str) -> PipelineRecord:
+        """A start always writes a new version, even when already desired running: that is
+        how the owner learns to start again a job that failed or finished."""
+        for _ in range(5):
+            cur = self.get(name)
+            if cur.desired == desired == "stopped":
+                return cur
+            rec = replace(cur, desired=desired, version=cur.version + 1, request_id=self.registry.new_request_id(),
+                          updated_at=time.time(), ever_started=cur.ever_started or desired == "running")
+            offset = self.registry.write(name, rec.to_value())
+            if self.registry.outcome(rec.request_id):
+                return rec
+            self._repair(name, offset)
+        raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
+
+    def _repair(self, name: str, lost_offset: int) -> None:
+        """A rejected write must not be the last record under its key: compaction would keep
+        it and a service replaying the compacted topic would see the loser. Re-publish the
+        accepted state if nothing newer has landed since."""
+        if not self.registry.is_latest(name, lost_offset):
+            return
+        cur = self.registry.read(lambda s: s.pipelines.get(name))
+        self.registry.write(name, cur.to_value() if cur else None)
+
+    def delete(self, name: str) -> None:
+        """Tombstone the pipeline, then reconcile at once so a local job is stopped (and its
+        lease and files removed) before the response; a job on another service stops when
+        that service reads the tombstone."""
+        self.get(name)
+        self.registry.write(name, None)
+        self.reconcile_once()
+
+    def get(self, name: str) -> PipelineRecord:
+        rec = self.registry.read(lambda s: s.pipelines.get(name))
+        if rec is None:
+            raise NotFound(f"no pipeline named '{name}'")
+        return rec
+
+    def list(self) -> list[PipelineRecord]:
+        return self.registry.read(lambda s: sorted(s.pipelines.values(), key=lambda r: r.name))
+
+    def status(self, name: str) -> dict[str, Any]:
+        rec = self.get(name)
+        now = time.time()
+        holder, lease = self.registry.read(lambda s: (s.lease_holder(name, now), s.leases.get(name)))
+        sup = self.supervisors.get(name)
+        base = {"state": None, "error": None, "restarts": 0, "pid": None, **JobProgress().snapshot()}
+        if sup is not None and (holder in (None, self.service_id) or not sup.alive):
+            view, owner = sup.snapshot(), self.service_id if sup.alive else holder
+        elif holder is not None and lease is not None and holder != self.service_id:
+            view, owner = {**base, **lease.status}, holder
+            view["pid"] = None  # a pid on another host means nothing here
+        else:
+            view, owner = dict(base), holder
+        if view.get("state") is None:
+            if rec.desired == "running":
+                view["state"] = "starting"
+            else:
+                view["state"] = "stopped" if rec.ever_started else "registered"
+        if view["state"] != "failed":
+            view["error"] = None
+        return {"name": name, "desired": rec.desired, "owner": owner, **view}
+
+
+def registry_state_for_tests(controller: Controller) -> RegistryState:
+    return controller.registry.state

@@ -1,0 +1,92 @@
+"""Request and response bodies of the REST API (they are also the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
+MAX_SQL_CHARS = 256 * 1024
+
+State = Literal["registered", "starting", "running", "failed", "stopped"]
+
+
+class PipelineOptions(BaseModel):
+    """How the job runs. Unknown options are rejected, so a typo is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    restart: bool = Field(False, description="Restart the job with exponential backoff when it dies")
+    until_idle: bool = Field(False, description="Stop once every input is consumed (backfills, tests)")
+    restart_max_backoff_s: float = Field(60.0, ge=1.0, le=3600.0, description="Cap of the restart backoff")
+
+
+class PipelineCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Lower-case letters, digits, '-' and '_'; 1-63 chars",
+                      examples=["orders-enriched"])
+    sql: str = Field(min_length=1, max_length=MAX_SQL_CHARS, description="CREATE TABLE ...; INSERT INTO ...")
+    options: PipelineOptions = Field(default_factory=PipelineOptions)
+
+
+class ExplainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sql: str = Field(min_length=1, max_length=MAX_SQL_CHARS)
+
+
+class PipelineView(BaseModel):
+    name: str
+    sql: str
+    options: dict[str, Any]
+    desired: Literal["running", "stopped"]
+    version: int
+    created_at: float
+    updated_at: float
+
+
+class PipelineCreated(PipelineView):
+    plan: dict[str, Any] = Field(description="The plan, as `tidemark explain --json` prints it")
+
+
+class PipelineList(BaseModel):
+    pipelines: list[PipelineView]
+
+
+class LagEntry(BaseModel):
+    topic: str
+    partition: int
+    lag: int
+
+
+class PipelineStatus(BaseModel):
+    name: str
+    desired: Literal["running", "stopped"]
+    state: State
+    error: str | None = Field(None, description="Why the job failed (its last error lines)")
+    owner: str | None = Field(None, description="Id of the control service that runs the job")
+    restarts: int = 0
+    pid: int | None = None
+    last_batch_id: int | None = None
+    last_batch_time: float | None = Field(None, description="Unix seconds")
+    rows_in: int = 0
+    rows_out: int = 0
+    lag: list[LagEntry] = Field(default_factory=list)
+    dlq: int = 0
+    conflicts: int = Field(0, description="Rows dropped by ON CONFLICT DO NOTHING")
+    retractions_without_state: int = 0
+    state_size_bytes: int | None = None
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    kind: str | None = Field(None, description="Planner error class for 422 plan errors")
+    errors: list[dict[str, Any]] | None = Field(None, description="Field errors of a malformed request")
+
+
+class Health(BaseModel):
+    status: str
+    reason: str | None = None
+    service_id: str | None = None

@@ -1,0 +1,233 @@
+"""Runs one pipeline's job as a child process and keeps it honest.
+
+The job is an argv list (the SQL travels in a file, never through a shell), started in
+its own process group so stopping it also stops the Spark JVM it spawned. Its stdout and
+stderr go to log files in the pipeline's directory (a pipe nobody drains would stall the
+job); its progress comes through the status file (``status_channel``). A job that exits
+non-zero is failed with its error; with ``restart`` it is started again after an
+exponential, capped backoff (tenacity), and the sleep is cut short by ``stop()``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tenacity
+
+from tidemark.control.status_channel import FileTail, JobProgress
+
+log = logging.getLogger("tidemark.control.supervisor")
+
+STDERR_TAIL_LINES = 12
+
+
+class JobDied(Exception):
+    """The job exited with a non-zero status; the message is what the user sees."""
+
+
+@dataclass
+class JobSpec:
+    name: str
+    argv: list[str]
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    restart: bool = False
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    stop_timeout_s: float = 20.0
+
+    @property
+    def status_file(self) -> Path:
+        return self.workdir / "status.jsonl"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.workdir / "job.pid"
+
+
+class JobSupervisor:
+    """``state``: starting -> running -> (stopped | failed); ``failed`` keeps ``error``."""
+
+    def __init__(self, spec: JobSpec, progress: JobProgress | None = None, on_finished=None):
+        self.spec = spec
+        self.progress = progress or JobProgress()
+        self.state = "starting"
+        self.error: str | None = None
+        self.restarts = 0
+        self.pid: int | None = None
+        self.finished_cleanly = False
+        self._on_finished = on_finished
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen | None = None
+        self._thread = threading.Thread(target=self._main, name=f"job-{spec.name}", daemon=True)
+
+    # -- public -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.spec.workdir.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+
+    def stop(self, wait: bool = True) -> None:
+        self._stop.set()
+        if wait and self._thread.is_alive():
+            self._thread.join(self.spec.stop_timeout_s + 10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def snapshot(self) -> dict:
+        return {"state": self.state, "error": self.error, "restarts": self.restarts, "pid": self.pid,
+                **self.progress.snapshot()}
+
+    # -- the supervision loop -----------------------------------------------------------
+
+    def _main(self) -> None:
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(JobDied)
+            & tenacity.retry_if(lambda _: self.spec.restart and not self._stop.is_set()),
+            wait=tenacity.wait_exponential(multiplier=self.spec.backoff_base_s, min=self.spec.backoff_base_s,
+                                           max=self.spec.backoff_max_s),
+            sleep=self._stop.wait,  # interruptible: stop() ends a backoff at once
+            before_sleep=self._before_restart,
+            reraise=True,
+        )
+        try:
+            retrying(self._run_once)
+            self.state = "stopped"
+        except JobDied as died:
+            self.state, self.error = "failed", str(died)
+            log.warning("pipeline %s failed: %s", self.spec.name, died)
+        except Exception as exc:  # a launch problem (missing binary...) is a failure, not a crash
+            self.state, self.error = "failed", f"could not run the job: {exc}"
+            log.exception("pipeline %s: supervisor error", self.spec.name)
+        finally:
+            self.pid = None
+        if self.finished_cleanly and self._on_finished is not None:
+            self._on_finished(self.spec.name)
+
+    def _before_restart(self, retry_state: tenacity.RetryCallState) -> None:
+        self.restarts += 1
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        self.state, self.error = "failed", str(exc)
+        delay = retry_state.next_action.sleep if retry_state.next_action else 0.0
+        log.warning("pipeline %s: job died (%s); restart %d in %.1fs", self.spec.name, exc, self.restarts, delay)
+
+    def _run_once(self) -> None:
+        if self._stop.is_set():
+            return
+        spec = self.spec
+        kill_stale_job(spec.pid_file)
+        spec.status_file.unlink(missing_ok=True)
+        tail = FileTail(str(spec.status_file))
+        self.progress.error = None
+        self.progress.ready = False
+        env = {**os.environ, **spec.env, "TIDEMARK_STATUS_FILE": str(spec.status_file),
+               "TIDEMARK_PIPELINE": spec.name, "TIDEMARK_EXIT_ON_STDIN_EOF": "1"}
+        with open(spec.workdir / "stdout.log", "ab") as out, open(spec.workdir / "stderr.log", "ab") as err:
+            err_start = err.tell()
+            self.state = "starting"
+            proc = subprocess.Popen(spec.argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env,
+                                    cwd=spec.workdir, start_new_session=True)
+        self._proc, self.pid = proc, proc.pid
+        spec.pid_file.write_text(json.dumps({"pid": proc.pid, "argv": spec.argv}))
+        log.info("pipeline %s: job started, pid %d: %s", spec.name, proc.pid, " ".join(spec.argv))
+        try:
+            while proc.poll() is None:
+                self._read_status(tail)
+                if self._stop.wait(0.2):
+                    terminate_group(proc, spec.stop_timeout_s)
+            self._read_status(tail)
+        finally:
+            if proc.stdin:
+                proc.stdin.close()
+            spec.pid_file.unlink(missing_ok=True)
+        rc = proc.returncode
+        log.info("pipeline %s: job exited with status %s", spec.name, rc)
+        if self._stop.is_set():
+            return
+        if rc == 0:
+            self.finished_cleanly = True
+            return
+        raise JobDied(self._failure_message(rc, err_start))
+
+    def _read_status(self, tail: FileTail) -> None:
+        for line in tail.read_lines():
+            self.progress.apply_line(line)
+        if self.progress.ready and self.state == "starting":
+            self.state, self.error = "running", None
+
+    def _failure_message(self, rc: int, err_start: int) -> str:
+        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+        if self.progress.error:
+            return f"{how}: {self.progress.error}"
+        lines = stderr_tail(self.spec.workdir / "stderr.log", err_start)
+        return f"{how}: " + ("\n".join(lines) if lines else "(no output on stderr)")
+
+
+def stderr_tail(path: Path, start: int, n: int = STDERR_TAIL_LINES, max_bytes: int = 16384) -> list[str]:
+    """The last ``n`` non-empty lines this run wrote to stderr."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            end = f.tell()
+            f.seek(max(start, end - max_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-n:]
+
+
+def terminate_group(proc: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM the job's process group (Spark's JVM included), SIGKILL it after a grace."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def kill_stale_job(pid_file: Path, timeout_s: float = 10.0) -> None:
+    """A control service killed with SIGKILL leaves its job running; the next service on the
+    same state dir stops that job before starting a new one on the same checkpoint. Only a
+    process whose command line is the recorded one is touched (pids get reused)."""
+    try:
+        recorded = json.loads(pid_file.read_text())
+        pid, argv = int(recorded["pid"]), list(recorded["argv"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    try:
+        cmdline = [c.decode(errors="replace") for c in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if c]
+    except OSError:
+        cmdline = []
+    # argv[0] may be a script run through its interpreter; the arguments (which hold the
+    # pipeline's own SQL path) must match exactly
+    if not argv or cmdline[len(cmdline) - len(argv) + 1:] != argv[1:] or len(cmdline) < len(argv):
+        pid_file.unlink(missing_ok=True)
+        return
+    log.warning("stopping a job left behind by a previous control service: pid %d", pid)
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.1)
+        if Path(f"/proc/{pid}").exists():
+            os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    pid_file.unlink(missing_ok=True)

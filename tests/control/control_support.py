@@ -1,0 +1,74 @@
+"""Helpers shared by the control service tests: a service on a free loopback port, polling."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from tidemark.control.app import create_app
+from tidemark.control.controller import Controller
+from tidemark.control.settings import ControlSettings
+
+HERE = Path(__file__).parent
+FAKE_JOB = [sys.executable, str(HERE / "fake_job.py")]
+TOKEN = "test-token-" + uuid.uuid4().hex
+EXAMPLE_SQL = (HERE.parent.parent / "examples" / "s1_s2_join.sql").read_text()
+
+
+class Service:
+    """One control service on a free loopback port; ``client`` carries the token."""
+
+    def __init__(self, settings: ControlSettings, token: str | None):
+        self.settings = settings
+        self.controller = Controller(settings)
+        self.app = create_app(self.controller, token, max_body_bytes=settings.max_body_bytes)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_config=None, access_log=False,
+                                                    timeout_graceful_shutdown=5))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        self.client = httpx.Client(base_url=self.url, timeout=30,
+                                   headers={"Authorization": f"Bearer {token}"} if token else {})
+        wait_for(lambda: self._get_ready(), what=f"service on {self.url} ready")
+
+    def _get_ready(self) -> bool:
+        try:
+            return httpx.get(self.url + "/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        """Clean shutdown: lifespan stops the jobs and releases their leases."""
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.client.close()
+
+    def status(self, name: str) -> dict:
+        r = self.client.get(f"/v1/pipelines/{name}/status")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def register(svc: Service, name: str, sql: str = EXAMPLE_SQL, **options) -> httpx.Response:
+    return svc.client.post("/v1/pipelines", json={"name": name, "sql": sql, "options": options})
