@@ -42,7 +42,7 @@ from tidemark.engine.expressions import (
     infer_type,
     referenced_columns,
 )
-from tidemark.engine.sql import InsertStatement, Script, Tidemark, describe, sql_error
+from tidemark.engine.sql import InsertStatement, Script, Tidemark, describe, position_of, sql_error
 from tidemark.engine.types import SqlType, assignable, make_type
 
 Key = frozenset  # frozenset[int]: one upsert key, as column positions
@@ -282,6 +282,7 @@ class Planner:
         self._sources: dict[str, int] = {}  # table name -> node id feeding queries (after normalize)
         self.used_tables: dict[str, TableDef] = {}
         self.materializer_reason: str | None = None
+        self.sink_sources: dict[int, str] = {}  # sink position -> query column name
 
     # ------------------------------------------------------------------ node helpers
 
@@ -344,6 +345,12 @@ class Planner:
             if all(col_index(e) == i for i, e in enumerate(projections)):
                 if names is None or list(names) == inp.columns:
                     return input_id
+                if inp.kind not in ("source", "normalize") and inp.id == len(self.nodes) - 1:
+                    # a pure rename of a node made for this query: rename it, no stage
+                    inp.columns = list(names)
+                    if inp.stage is not None and hasattr(inp.stage, "output_names"):
+                        inp.stage.output_names = list(names)
+                    return input_id
                 projections = [col_ref(i) for i in range(inp.width)]
         if projections is None and predicate is None:
             return input_id
@@ -395,7 +402,8 @@ class Planner:
         for arg, what in _UNSUPPORTED_SELECT_ARGS.items():
             value = sel.args.get(arg)
             if value:
-                raise sql_error(f"{what} is not supported", value if isinstance(value, exp.Expr) else sel)
+                where = value if isinstance(value, exp.Expr) and position_of(value)[0] is not None else sel
+                raise sql_error(f"{what} is not supported", where)
         for node in sel.walk():
             if isinstance(node, exp.Window):
                 raise sql_error(f"window function {describe(node)} is not supported", node)
@@ -787,7 +795,20 @@ class Planner:
                 if not (src_t.is_integral and col.type.is_integral):
                     ref = exp.Cast(this=ref, to=exp.DataType.build(str(col.type), dialect=Tidemark))
             projections.append(ref)
+        self.sink_sources = {j: body.columns[i] for j, i in source_of.items()}
+        if len(projections) == body.width and all(col_index(e) == i for i, e in enumerate(projections)):
+            return body_id  # positions already match; the sink names the columns itself
         return self.calc(body_id, projections, None, sink.column_names, purpose="sink mapping")
+
+    def _query_names(self, sink: TableDef, key: tuple[int, ...] | None) -> list[str] | None:
+        """Key columns as the query names them ("v AS k" where the INSERT maps v to k)."""
+        if key is None:
+            return None
+        out = []
+        for j in key:
+            q, name = self.sink_sources.get(j), sink.columns[j].name
+            out.append(name if q is None or q == name else f"{q} AS {name}")
+        return out
 
     def _read_tables(self, q: exp.Expr) -> set[str]:
         return {t.name for t in q.find_all(exp.Table)}
@@ -840,7 +861,7 @@ class Planner:
                     )
             else:
                 ukey = inp.upsert_key
-                key_names = format_key(inp.key_names(ukey))
+                key_names = format_key(self._query_names(sink, ukey))
                 pk_names = format_key(list(sink.primary_key))
                 why = (
                     f"the upsert key {key_names} of the query differs from the primary key {pk_names} "
