@@ -125,3 +125,21 @@ def test_bad_calls_are_plan_errors():
         AggCall("MEDIAN", 1)
     with pytest.raises(PlanError, match="argument"):
         AggCall("SUM")
+
+
+def test_last_value_retraction_removes_the_earliest_copy_of_a_value():
+    """As Flink's LastValueWithRetract (removes the first recorded order of the value)."""
+    h = harness([AggCall("LAST_VALUE", 1)])
+    h.run([c("+I", "g", "x", pos=0)])
+    h.run([c("+I", "g", "y", pos=1)])
+    h.run([c("+I", "g", "x", pos=2)])
+    # x@0 goes, x@2 stays and is still the latest
+    assert h.run([c("-D", "g", "x", pos=3)]) == []
+    assert h.state[("g",)].accs[0].positions == {"x": [(2,)], "y": [(1,)]}
+    # same inside one batch: the earlier copy is removed whichever copy the batch holds
+    h = harness([AggCall("LAST_VALUE", 1)])
+    h.run([c("+I", "g", "x", pos=0), c("+I", "g", "y", pos=1)])
+    assert h.run([c("+I", "g", "x", pos=2), c("-D", "g", "x", pos=3)]) == [
+        c("-U", "g", "y", pos=3),
+        c("+U", "g", "x", pos=3),
+    ]

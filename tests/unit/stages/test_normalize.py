@@ -46,6 +46,7 @@ def test_insert_and_delete_of_new_key_in_one_batch_emit_nothing():
     h = harness()
     assert h.run([c("+I", 2, "a", 0, pos=1), c("-D", 2, None, None, pos=2)]) == []
     assert h.state == {}
+    assert h.metrics["retractions_without_state"] == 0  # the delete found its insert
 
 
 def test_delete_for_unknown_key_is_counted():
@@ -66,3 +67,11 @@ def test_composite_key():
     out = h.run([c("+I", 1, 1, "a", pos=1), c("+I", 1, 2, "b", pos=2)])
     assert sorted(out) == [c("+I", 1, 1, "a", pos=1), c("+I", 1, 2, "b", pos=2)]
     assert set(h.state) == {(1, 1), (1, 2)}
+
+
+def test_ties_at_one_position_upsert_beats_delete_in_any_order():
+    for batch in ([c("-D", 1, None, None, pos=4), c("+U", 1, "x", 1, pos=4)],
+                  [c("+U", 1, "x", 1, pos=4), c("-D", 1, None, None, pos=4)]):
+        h = harness()
+        h.run([c("+I", 1, "a", 0, pos=1)])
+        assert h.run(batch) == [c("-U", 1, "a", 0, pos=4), c("+U", 1, "x", 1, pos=4)]

@@ -44,7 +44,8 @@ class Normalize:
             if state is None:
                 # A tombstone for a key we never saw: nothing to retract. Counted, because
                 # it usually means lost state (TTL) or a topic compacted before we started.
-                ctx.metrics["retractions_without_state"] += 1
+                if not any(r.is_add for r in records):
+                    ctx.metrics["retractions_without_state"] += 1
                 return None, []
             return None, diff_to_changes(state, None, winner.pos)
         if len(winner.row) != self.width:
