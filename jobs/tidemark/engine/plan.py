@@ -610,6 +610,9 @@ class Planner:
                 if group.args.get(arg):
                     raise sql_error(f"GROUP BY {arg.upper().replace('_', ' ')} is not supported", group)
             for g in group.expressions:
+                if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                    what = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}[type(g)]
+                    raise sql_error(f"GROUP BY {what} is not supported", g)
                 if isinstance(g, exp.Literal):
                     raise sql_error("GROUP BY position numbers are not supported; name the column", g)
                 group_exprs.append(self.resolve(g, scope))

@@ -1,0 +1,219 @@
+"""The in-process host runs compiled pipelines end to end: the seed examples give the
+seeds' answers under every batching and order that keeps each retraction after its add."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import permutations
+
+import pytest
+
+from tidemark.engine.changelog import Change
+from tidemark.engine.errors import ConflictError, InputError
+from tidemark.engine.pipeline import compile_sql
+from tidemark.engine.replay import ReplayHost, apply_to_table
+
+SEED_JOIN = """
+CREATE TABLE s1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 's1', 'format' = 'debezium-json');
+CREATE TABLE s2 (id BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 's2', 'format' = 'debezium-json');
+CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 't1', 'format' = 'upsert-json');
+INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1 JOIN s2 ON s1.level = s2.id
+"""
+
+SEED_ROLLBACK = """
+CREATE TABLE orders (product_id BIGINT, quantity BIGINT) WITH ('topic' = 'orders', 'format' = 'json');
+CREATE TABLE products (id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'products', 'format' = 'debezium-json');
+CREATE TABLE inventory (name STRING, quantity BIGINT, PRIMARY KEY (name) NOT ENFORCED) WITH ('topic' = 'inventory', 'format' = 'upsert-json');
+INSERT INTO inventory
+SELECT name, quantity
+FROM (SELECT product_id, SUM(quantity) AS quantity FROM orders GROUP BY product_id) o
+JOIN products p ON o.product_id = p.id
+WHERE quantity < 10
+"""
+
+S2_ROWS = [Change("+I", (10, "a1"), (1,)), Change("+I", (20, "b1"), (2,))]
+S1_CHANGES = [Change("+I", (1, 10), (3,)), Change("-U", (1, 10), (4,)), Change("+U", (1, 20), (4,))]
+PRODUCTS = [Change("+I", (1, "Football"), (0,)), Change("+I", (2, "Football"), (0,)), Change("+I", (3, "Basketball"), (0,))]
+
+
+def _valid_orders():
+    """Orders of the s1 changes that keep the retraction after its add."""
+    for order in permutations(S1_CHANGES):
+        if order.index(S1_CHANGES[0]) < order.index(S1_CHANGES[1]):
+            yield order
+
+
+def _splits(seq):
+    """Every way to cut a sequence into consecutive non-empty batches."""
+    n = len(seq)
+    for mask in range(2 ** (n - 1)):
+        batches, cur = [], [seq[0]]
+        for i in range(1, n):
+            if mask >> (i - 1) & 1:
+                batches.append(cur)
+                cur = []
+            cur.append(seq[i])
+        batches.append(cur)
+        yield batches
+
+
+def _pair_together(batches) -> bool:
+    return any(S1_CHANGES[1] in b and S1_CHANGES[2] in b for b in batches)
+
+
+@pytest.mark.parametrize("strategy, expected_runs", [("DEDUPLICATE", 12), ("NOTHING", 5), ("ERROR", 5)])
+def test_seed_join_ends_with_the_latest_row_under_any_valid_batching(strategy, expected_runs):
+    """DEDUPLICATE: any batching. NOTHING/ERROR rely on the barrier never splitting a -U/+U
+    pair (the proposal's premise), so for them only batchings that keep the pair together."""
+    pipeline = compile_sql(SEED_JOIN + f" ON CONFLICT DO {strategy}")
+    seen = 0
+    for order in _valid_orders():
+        for batches in _splits(list(order)):
+            if strategy != "DEDUPLICATE" and not _pair_together(batches):
+                continue
+            host = ReplayHost(pipeline)
+            host.run_batch({"s2": S2_ROWS})
+            for batch in batches:
+                host.run_batch({"s1": batch})
+            assert host.table() == {(1,): (1, 20, "b1")}, (strategy, batches)
+            seen += 1
+    assert seen == expected_runs  # 3 valid orders x 4 batchings (x pair kept together)
+
+
+def test_seed_join_pair_in_one_batch_emits_only_the_final_row():
+    host = ReplayHost(compile_sql(SEED_JOIN + " ON CONFLICT DO DEDUPLICATE"))
+    host.run_batch({"s2": S2_ROWS})
+    for order in _valid_orders():
+        h = ReplayHost(host.pipeline)
+        h.run_batch({"s2": S2_ROWS})
+        out = h.run_batch({"s1": list(order)})
+        assert out == [Change("+I", (1, 20, "b1"), (4,))]  # no -U/+U flicker
+
+
+def test_seed_rollback_example():
+    host = ReplayHost(compile_sql(SEED_ROLLBACK + " ON CONFLICT DO DEDUPLICATE"))
+    host.run_batch({"products": PRODUCTS})
+    host.run_batch({"orders": [Change("+I", (1, 5), (1,))]})
+    assert host.table() == {("Football",): ("Football", 5)}
+    host.run_batch({"orders": [Change("+I", (2, 6), (2,))]})
+    assert host.table() == {("Football",): ("Football", 6)}
+    out = host.run_batch({"orders": [Change("+I", (2, 1), (3,))]})  # product 2 sums to 7... still < 10
+    assert host.table() == {("Football",): ("Football", 7)}
+    out = host.run_batch({"orders": [Change("+I", (2, 6), (4,))]})  # product 2 -> 13: filtered out
+    assert [c.kind for c in out] == ["-U", "+U"]
+    assert host.table() == {("Football",): ("Football", 5)}  # rolled back to product 1
+
+
+def test_seed_rollback_with_do_error_fails_naming_table_and_key():
+    host = ReplayHost(compile_sql(SEED_ROLLBACK + " ON CONFLICT DO ERROR"))
+    host.run_batch({"products": PRODUCTS})
+    host.run_batch({"orders": [Change("+I", (1, 5), (1,))]})
+    with pytest.raises(ConflictError) as info:
+        host.run_batch({"orders": [Change("+I", (2, 6), (2,))]})
+    assert "'inventory'" in str(info.value) and "name='Football'" in str(info.value)
+
+
+def test_aggregate_pipeline_without_materializer():
+    sql = """
+    CREATE TABLE a (k BIGINT, v BIGINT, w BIGINT, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'debezium-json');
+    CREATE TABLE agg (v BIGINT, n BIGINT, total BIGINT, PRIMARY KEY (v) NOT ENFORCED) WITH ('format' = 'upsert-json');
+    INSERT INTO agg SELECT v, COUNT(*), SUM(w) FROM a WHERE w > 0 GROUP BY v
+    """
+    p = compile_sql(sql)
+    assert p.materializer is None
+    host = ReplayHost(p)
+    host.run_batch({"a": [Change("+I", (1, 7, 10), (1,)), Change("+I", (2, 7, 5), (2,)), Change("+I", (3, 8, -1), (3,))]})
+    assert host.table() == {(7,): (7, 2, 15)}
+    out = host.run_batch({"a": [Change("-U", (1, 7, 10), (4,)), Change("+U", (1, 8, 10), (4,))]})
+    assert sorted(out) == sorted([
+        Change("-U", (7, 2, 15), (4,)), Change("+U", (7, 1, 5), (4,)), Change("+I", (8, 1, 10), (4,)),
+    ])  # fmt: skip
+    assert host.table() == {(7,): (7, 1, 5), (8,): (8, 1, 10)}
+    host.run_batch({"a": [Change("-D", (2, 7, 5), (5,))]})
+    assert host.table() == {(8,): (8, 1, 10)}
+    assert host.rows() == [(8, 1, 10)]
+
+
+def test_upsert_source_is_normalized_before_the_sink():
+    sql = """
+    CREATE TABLE u (k BIGINT, v STRING, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'upsert-json');
+    CREATE TABLE o (k BIGINT, v STRING, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'changelog-json');
+    INSERT INTO o SELECT k, v FROM u
+    """
+    host = ReplayHost(compile_sql(sql))
+    assert host.run_batch({"u": [Change("+I", (1, "a"), (1,))]}) == [Change("+I", (1, "a"), (1,))]
+    out = host.run_batch({"u": [Change("+U", (1, "b"), (2,))]})
+    assert out == [Change("-U", (1, "a"), (2,)), Change("+U", (1, "b"), (2,))]
+    assert host.table() == {(1,): (1, "b")}
+
+
+def test_keyed_stages_are_called_once_per_key_per_batch_with_their_state():
+    pipeline = compile_sql(SEED_JOIN + " ON CONFLICT DO DEDUPLICATE")
+    mat = pipeline.materializer
+    calls: Counter = Counter()
+    inner = mat.stage
+
+    class Spy:
+        name, n_inputs = inner.name, inner.n_inputs
+
+        def key_of(self, change, i):
+            return inner.key_of(change, i)
+
+        def process_key(self, key, inputs, state, ctx):
+            calls[(ctx.batch_id, key)] += 1
+            return inner.process_key(key, inputs, state, ctx)
+
+    mat.stage = Spy()
+    host = ReplayHost(pipeline)
+    host.run_batch({"s2": S2_ROWS})
+    host.run_batch({"s1": list(S1_CHANGES)})
+    assert calls == Counter({(1, (1,)): 1})
+    assert set(host.state[mat.id]) == {(1,)}
+
+
+def test_unknown_input_table_is_an_input_error():
+    host = ReplayHost(compile_sql(SEED_JOIN + " ON CONFLICT DO NOTHING"))
+    with pytest.raises(InputError, match="input 'nope': the pipeline reads no table of that name \\(it reads: s1, s2\\)"):
+        host.run_batch({"nope": []})
+
+
+def test_stage_metrics_are_summed_across_batches():
+    host = ReplayHost(compile_sql(SEED_JOIN + " ON CONFLICT DO NOTHING"))
+    host.run_batch({"s2": S2_ROWS})
+    host.run_batch({"s1": list(S1_CHANGES)})
+    assert host.metrics["records_in:s2"] == 2
+    assert host.metrics["records_in:s1"] == 3
+    assert host.metrics["sink_changes"] == 1
+
+
+# --------------------------------------------------------------------- the sink table
+
+
+def test_table_cancels_pairs_and_applies_retractions_before_adds():
+    table: dict = {(1,): (1, "a")}
+    apply_to_table(table, [Change("+U", (1, "b"), (2,)), Change("-U", (1, "a"), (2,))], (0,))
+    assert table == {(1,): (1, "b")}  # order inside the batch does not matter
+    apply_to_table(table, [Change("+I", (2, "x"), (3,)), Change("-D", (2, "x"), (4,)), Change("-D", (1, "b"), (5,))], (0,))
+    assert table == {}
+
+
+def test_table_retraction_of_a_row_it_does_not_hold_is_counted_not_applied():
+    table: dict = {(1,): (1, "a")}
+    metrics: Counter = Counter()
+    apply_to_table(table, [Change("-D", (1, "zzz"), (2,))], (0,), metrics)
+    assert table == {(1,): (1, "a")}
+    assert metrics["sink_retractions_without_row"] == 1
+
+
+def test_table_minus_u_alone_removes_the_row():
+    # one join key can carry two PKs: -U of id=1 and +U of id=2 in one batch
+    table: dict = {(1,): (1, "a")}
+    apply_to_table(table, [Change("-U", (1, "a"), (2,)), Change("+U", (2, "a"), (2,))], (0,))
+    assert table == {(2,): (2, "a")}
+
+
+def test_table_without_pk_keys_by_row():
+    table: dict = {}
+    apply_to_table(table, [Change("+I", (1, "a"), (1,)), Change("+I", (2, "b"), (1,))], ())
+    apply_to_table(table, [Change("-D", (1, "a"), (2,))], ())
+    assert table == {(2, "b"): (2, "b")}
