@@ -1,0 +1,89 @@
+package tidemark.flinkoracle;
+
+import org.apache.flink.api.common.eventtime.Watermark;
+import org.apache.flink.api.connector.sink2.Sink;
+import org.apache.flink.api.connector.sink2.SinkWriter;
+import org.apache.flink.api.connector.sink2.WriterInitContext;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ArrayNode;
+import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.types.logical.LogicalType;
+import org.apache.flink.types.RowKind;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+/**
+ * An upsert sink that materializes what Flink writes into a table keyed by the sink's primary
+ * key (what a compacted topic or a database would hold), and snapshots it on every watermark.
+ */
+public final class OracleSink implements Sink<RowData> {
+    private static final long serialVersionUID = 1L;
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final String caseId;
+    private final LogicalType[] types;
+    private final int[] pk;
+
+    OracleSink(String caseId, LogicalType[] types, int[] pk) {
+        this.caseId = caseId;
+        this.types = types;
+        this.pk = pk;
+    }
+
+    @Override
+    public SinkWriter<RowData> createWriter(WriterInitContext context) {
+        return new Writer(Coordinator.get(caseId), types, pk);
+    }
+
+    static final class Writer implements SinkWriter<RowData> {
+        private final Coordinator coord;
+        private final LogicalType[] types;
+        private final int[] pk;
+        private final RowData.FieldGetter[] getters;
+        // keyed by the JSON text of the PK values: deterministic, and fine for equality
+        private final Map<String, ArrayNode> table = new TreeMap<>();
+
+        Writer(Coordinator coord, LogicalType[] types, int[] pk) {
+            this.coord = coord;
+            this.types = types;
+            this.pk = pk;
+            this.getters = new RowData.FieldGetter[types.length];
+            for (int i = 0; i < types.length; i++) {
+                getters[i] = RowData.createFieldGetter(types[i], i);
+            }
+        }
+
+        @Override
+        public void write(RowData element, Context context) {
+            ArrayNode row = Rows.toJson(element, getters, types);
+            ArrayNode key = JSON.createArrayNode();
+            for (int i : pk) {
+                key.add(row.get(i));
+            }
+            RowKind kind = element.getRowKind();
+            coord.onSinkChange(kind.shortString(), row);
+            if (kind == RowKind.INSERT || kind == RowKind.UPDATE_AFTER) {
+                table.put(key.toString(), row);
+            } else {
+                table.remove(key.toString());
+            }
+        }
+
+        @Override
+        public void writeWatermark(Watermark watermark) {
+            ArrayNode snap = JSON.createArrayNode();
+            List<ArrayNode> rows = new ArrayList<>(table.values());
+            rows.forEach(snap::add);
+            coord.onSinkWatermark(watermark.getTimestamp(), snap);
+        }
+
+        @Override
+        public void flush(boolean endOfInput) {}
+
+        @Override
+        public void close() {}
+    }
+}
