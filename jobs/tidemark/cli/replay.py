@@ -83,11 +83,14 @@ def run(
     input_pairs: Sequence[str],
     batching: str = "barrier",
     emit: str = "changelog",
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """The whole command; returns the exit status. Imports the planner lazily so that
-    ``tidemark --help`` stays fast."""
+    ``tidemark --help`` stays fast. Streams default to the current sys.stdout/stderr,
+    looked up per call (a test runner may have replaced them)."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
     from tidemark.engine.pipeline import compile_sql
     from tidemark.engine.replay import ReplayHost
 
