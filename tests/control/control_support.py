@@ -72,3 +72,24 @@ def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "con
 
 def register(svc: Service, name: str, sql: str = EXAMPLE_SQL, **options) -> httpx.Response:
     return svc.client.post("/v1/pipelines", json={"name": name, "sql": sql, "options": options})
+
+
+def job_intervals(log_path: Path) -> dict[str, list[tuple[float, float]]]:
+    """Per pipeline, the (start, end) of every stand-in job run; a run still going ends at +inf."""
+    import json
+
+    runs: dict[int, dict] = {}
+    for line in log_path.read_text().splitlines():
+        e = json.loads(line)
+        run = runs.setdefault(e["pid"], {"name": e["name"], "start": None, "end": float("inf")})
+        run[e["event"]] = e["t"]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for run in runs.values():
+        out.setdefault(run["name"], []).append((run["start"], run["end"]))
+    return {name: sorted(v) for name, v in out.items()}
+
+
+def assert_never_overlapped(intervals: dict[str, list[tuple[float, float]]]) -> None:
+    for name, runs in intervals.items():
+        for (s1, e1), (s2, e2) in zip(runs, runs[1:]):
+            assert e1 <= s2, f"pipeline {name}: a run [{s1}, {e1}] overlapped the next [{s2}, {e2}]"

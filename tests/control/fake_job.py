@@ -5,7 +5,9 @@ pipelines that behave differently:
   fail*   -> one batch, then an error on stderr and exit status 3
   finish* -> two batches, "idle", exit 0 (like --until-idle)
   other   -> a batch every 0.1 s until SIGTERM
-It records its argv in ``argv.json`` next to the SQL file so tests can check the command line.
+It records its argv in ``argv.json`` next to the SQL file so tests can check the command line,
+and, when ``FAKE_JOB_LOG`` is set, appends when it started and ended there (one JSON line each)
+so tests can check that two runs of one pipeline never overlapped.
 """
 
 from __future__ import annotations
@@ -18,7 +20,23 @@ import time
 from pathlib import Path
 
 
+def log_interval(event: str, name: str) -> None:
+    path = os.environ.get("FAKE_JOB_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"name": name, "pid": os.getpid(), "event": event, "t": time.time()}) + "\n")
+
+
 def main(argv: list[str]) -> int:
+    name = Path(argv[0]).stem
+    log_interval("start", name)
+    try:
+        return run(argv)
+    finally:
+        log_interval("end", name)
+
+
+def run(argv: list[str]) -> int:
     sql_file = Path(argv[0])
     name = sql_file.stem
     (sql_file.parent / "argv.json").write_text(json.dumps(argv))

@@ -151,11 +151,13 @@ class Controller:
                 if wants_job and self._lease_write(name, "claim"):
                     self._start_local(rec)
             elif holder == self.service_id:
-                if wants_job:
-                    self._start_local(rec)
-                if now - self._renewed_at.get(name, 0.0) >= self.settings.lease_ttl_s / 3:
+                # renew before (re)starting: a job only ever runs under a confirmed lease
+                if wants_job or now - self._renewed_at.get(name, 0.0) >= self.settings.lease_ttl_s / 3:
                     if not self._lease_write(name, "renew"):
                         self._fence(name, "lease renewal lost")
+                        continue
+                if wants_job:
+                    self._start_local(rec)
             elif sup is not None and sup.alive:
                 self._fence(name, f"lease now held by {holder}")
         # self-fencing: never run past the last lease expiry this service confirmed
@@ -210,7 +212,8 @@ class Controller:
                            backoff_max_s=float(options.get("restart_max_backoff_s") or 60.0),
                            stop_timeout_s=self.settings.job_stop_timeout_s)
             progress = self._progress.setdefault(rec.name, JobProgress())
-            sup = JobSupervisor(spec, progress, on_finished=self._on_finished)
+            sup = JobSupervisor(spec, progress, on_finished=self._on_finished,
+                                lease_deadline=lambda: self._confirmed_until.get(rec.name, 0.0))
             self.supervisors[rec.name] = sup
             self._started_version[rec.name] = rec.version
             sup.start()

@@ -152,6 +152,8 @@ class RegistryState:
             self.pipelines.pop(name, None)
             return
         rec = PipelineRecord.from_value(value)
+        if rec.name != name:
+            raise ValueError(f"record for '{rec.name}' under key '{name}'")
         cur = self.pipelines.get(name)
         ok = cur is None or rec.version == cur.version + 1
         if ok:

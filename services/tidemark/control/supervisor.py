@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +57,12 @@ class JobSpec:
 class JobSupervisor:
     """``state``: starting -> running -> (stopped | failed); ``failed`` keeps ``error``."""
 
-    def __init__(self, spec: JobSpec, progress: JobProgress | None = None, on_finished=None):
+    def __init__(self, spec: JobSpec, progress: JobProgress | None = None,
+                 on_finished: Callable[[str], None] | None = None,
+                 lease_deadline: Callable[[], float] | None = None):
+        """``lease_deadline()`` is when this service's right to run the job ends unless
+        renewed; the job is stopped at that instant by this loop itself, so fencing works
+        even if whatever renews the lease hangs."""
         self.spec = spec
         self.progress = progress or JobProgress()
         self.state = "starting"
@@ -65,6 +71,8 @@ class JobSupervisor:
         self.pid: int | None = None
         self.finished_cleanly = False
         self._on_finished = on_finished
+        self._lease_deadline = lease_deadline
+        self.fenced = False
         self._stop = threading.Event()
         self._proc: subprocess.Popen | None = None
         self._thread = threading.Thread(target=self._main, name=f"job-{spec.name}", daemon=True)
@@ -92,8 +100,8 @@ class JobSupervisor:
 
     def _main(self) -> None:
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(JobDied)
-            & tenacity.retry_if(lambda _: self.spec.restart and not self._stop.is_set()),
+            retry=tenacity.retry_if_exception(
+                lambda exc: isinstance(exc, JobDied) and self.spec.restart and not self._stop.is_set()),
             wait=tenacity.wait_exponential(multiplier=self.spec.backoff_base_s, min=self.spec.backoff_base_s,
                                            max=self.spec.backoff_max_s),
             sleep=self._stop.wait,  # interruptible: stop() ends a backoff at once
@@ -124,6 +132,9 @@ class JobSupervisor:
     def _run_once(self) -> None:
         if self._stop.is_set():
             return
+        if self._lease_deadline is not None and time.time() >= self._lease_deadline():
+            self.fenced = True
+            return
         spec = self.spec
         kill_stale_job(spec.pid_file)
         spec.status_file.unlink(missing_ok=True)
@@ -143,6 +154,10 @@ class JobSupervisor:
         try:
             while proc.poll() is None:
                 self._read_status(tail)
+                if self._lease_deadline is not None and time.time() >= self._lease_deadline():
+                    log.warning("pipeline %s: lease expired before renewal; stopping the job", spec.name)
+                    self.fenced = True
+                    self._stop.set()
                 if self._stop.wait(0.2):
                     terminate_group(proc, spec.stop_timeout_s)
             self._read_status(tail)
