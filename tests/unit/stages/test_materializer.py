@@ -264,3 +264,41 @@ def test_bad_configuration_is_a_plan_error():
         SinkMaterializer("t", (0,), ("k",), None, "UPDATE")
     with pytest.raises(PlanError, match="primary key"):
         SinkMaterializer("t", (0, 1), ("k",), None, "NOTHING")
+
+
+def test_deduplicate_delete_and_reinsert_in_one_batch_makes_the_row_latest():
+    """-X then +X (by position) is not a cancelling pair: the old copy goes, the new copy is
+    the latest add. Flink's DEDUPLICATE does the same (the re-added row goes to the end)."""
+    h = Harness(t1("DEDUPLICATE"))
+    h.run([c("+I", 1, 1, "x", pos=0), c("+I", 1, 0, "y", pos=1)])
+    assert sink_table(h) == {1: (1, 0, "y")}
+    out = h.run([c("+I", 1, 1, "x", pos=3), c("-D", 1, 1, "x", pos=2)])
+    assert out == [c("-U", 1, 0, "y", pos=3), c("+U", 1, 1, "x", pos=3)]
+    assert h.state[(1,)].rows_in_order() == [(1, 0, "y"), (1, 1, "x")]
+
+
+def test_nothing_cancels_pairs_in_any_position_order():
+    """NOTHING/ERROR cancel exact pairs inside the step like Flink's compacting materializer,
+    so a delete-and-reinsert of the current row keeps it first ahead of a competing add."""
+    h = Harness(t1("NOTHING"))
+    h.run([c("+I", 1, 1, "x", pos=0)])
+    out = h.run([c("+I", 1, 2, "y", pos=1), c("-D", 1, 1, "x", pos=2), c("+I", 1, 1, "x", pos=3)])
+    assert out == []
+    assert h.state[(1,)][0] == (1, 1, "x")
+    assert h.metrics["conflicts_dropped"] == 1
+
+
+def test_consolidate_pairs():
+    from tidemark.engine.stages.materializer import consolidate
+
+    x = (1,)
+    batch = [c("+I", *x, pos=1), c("+I", *x, pos=2), c("-D", *x, pos=3), c("-D", *x, pos=0)]
+    # ordered: -X@0 has no earlier add (retracts an older copy); -X@3 cancels +X@1
+    assert consolidate(batch, ordered_pairs=True) == [((0,), False, x), ((2,), True, x)]
+    # any order: two pairs cancel, nothing is left
+    assert consolidate(batch, ordered_pairs=False) == []
+    # equal positions: the retraction comes first, so it does not cancel the add
+    assert consolidate([c("+U", *x, pos=5), c("-U", *x, pos=5)], ordered_pairs=True) == [
+        ((5,), False, x),
+        ((5,), True, x),
+    ]

@@ -6,8 +6,11 @@ reach us in any order inside a batch (the disorder cases of the seeds). Keyed by
 
 Per batch and PK (DESIGN.md "Consolidating one key's rows in a batch"):
 1. cancel exact pairs: a ``+X`` and a ``-X`` of the identical row cancel wherever they sit
-   (when a row has more adds than retractions, its earliest adds are the ones cancelled, as
-   Flink's ``findFirst`` removes the first copy);
+   in the batch (arrival order never matters). For DEDUPLICATE a ``-X`` cancels only a
+   ``+X`` positioned before it: a ``-X`` at or before a ``+X`` retracts the previous copy and
+   the add refreshes ``X``'s position (delete-and-reinsert, no-op update), as in Flink.
+   When a row has more adds than retractions, its earliest adds are the ones cancelled, as
+   Flink's ``findFirst`` removes the first copy (see ``consolidate``);
 2. apply the rest in source-position order, retractions before adds at the same position
    (ties broken by the row's repr, so arrival order never matters). With an upsert key an
    add sets that upsert key's row and a retraction removes that upsert key's row whatever
@@ -55,6 +58,7 @@ Strategies
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -201,7 +205,7 @@ class SinkMaterializer:
         if state is not None and self.ttl_ms is not None and ctx.now_ms - _touched(state) > self.ttl_ms:
             ctx.metrics["state_expired"] += 1
             state = None
-        ops = consolidate(changes)
+        ops = consolidate(changes, ordered_pairs=self.strategy == "DEDUPLICATE")
         pos = max(c.pos for c in changes)
         if self.strategy == "DEDUPLICATE":
             return self._deduplicate(ops, state, pos, ctx)
@@ -263,9 +267,17 @@ class SinkMaterializer:
         return (first[0], first[2], ctx.now_ms), diff_to_changes(old, first[0], pos)
 
 
-def consolidate(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
+def consolidate(changes: list[Change], ordered_pairs: bool) -> list[tuple[tuple, bool, tuple]]:
     """Cancel exact +X/-X pairs, then order the rest: ``(pos, is_add, row)`` sorted by
-    position, retractions before adds at one position, ties by repr (never arrival order)."""
+    position, retractions before adds at one position, ties by repr (never arrival order).
+
+    ``ordered_pairs=False`` (NOTHING/ERROR): pairs cancel wherever they sit, as Flink's
+    compacting materializer cancels them inside one compaction step; the earliest adds
+    cancel against the latest retractions. ``ordered_pairs=True`` (DEDUPLICATE): a ``-X``
+    cancels only an add of ``X`` at an earlier position (the earliest such add, as Flink's
+    ``findFirst`` removes the first copy). A ``-X`` positioned at or before a ``+X``
+    retracts the *previous* copy and the add is a fresh one, so it moves ``X`` to the
+    latest position, as a delete-and-reinsert (or a no-op update) does in Flink."""
     if len(changes) == 1:
         c = changes[0]
         return [(c.pos, c.is_add, c.row)]
@@ -277,12 +289,37 @@ def consolidate(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
     for row in adds.keys() | rets.keys():
         a = sorted(adds.get(row, ()))
         r = sorted(rets.get(row, ()))
-        k = min(len(a), len(r))
-        # the earliest adds cancel against the latest retractions
-        ops.extend((p, True, row) for p in a[k:])
-        ops.extend((p, False, row) for p in r[: len(r) - k])
+        if not a or not r:
+            pass
+        elif not ordered_pairs:
+            k = min(len(a), len(r))
+            a, r = a[k:], r[: len(r) - k]
+        else:
+            a, r = _cancel_ordered(a, r)
+        ops.extend((p, True, row) for p in a)
+        ops.extend((p, False, row) for p in r)
     ops.sort(key=lambda op: (op[0], op[1], repr(op[2])))
     return ops
+
+
+def _cancel_ordered(adds: list, rets: list) -> tuple[list, list]:
+    """Each retraction (in position order) cancels the earliest uncancelled add positioned
+    strictly before it. Both lists are sorted; returns what is left of each."""
+    left_adds: list = []
+    left_rets: list = []
+    pending = deque()  # adds seen so far, not yet cancelled
+    i = 0
+    for r in rets:
+        while i < len(adds) and adds[i] < r:
+            pending.append(adds[i])
+            i += 1
+        if pending:
+            pending.popleft()
+        else:
+            left_rets.append(r)
+    left_adds.extend(pending)
+    left_adds.extend(adds[i:])
+    return left_adds, left_rets
 
 
 def _touched(state: Any) -> int:
