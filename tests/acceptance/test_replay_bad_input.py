@@ -142,3 +142,14 @@ def test_a_bad_batching_mode_is_a_usage_error(work):
     result = run_s1(work, GOOD_S1, "--batching", "nightly", subprocess=False)
     assert result.status == 2 and result.stdout == "" and "Traceback" not in result.stderr
     assert "nightly" in result.stderr
+
+
+def test_the_shipped_bad_example_reports_every_bad_line_as_documented():
+    result = cli(EXAMPLES / "s1_s2_join.sql", {"s1": Path("examples/bad_s1.jsonl"), "s2": EXAMPLES / "s2.jsonl"})
+    assert result.status == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "examples/bad_s1.jsonl:2: column 'level': expected BIGINT, got '20'",
+        'examples/bad_s1.jsonl:3: unknown kind "-X" (expected one of +I, -U, +U, -D)',
+        "examples/bad_s1.jsonl:4: missing primary key column 'id'",
+        "examples/bad_s1.jsonl:5: malformed JSON: Expecting ',' delimiter (column 55)",
+    ]

@@ -137,7 +137,7 @@ def replay(
     sql_file: Annotated[Path, typer.Argument(help="Pipeline SQL: CREATE TABLE ... and one INSERT INTO.")],
     input: Annotated[
         list[str],
-        typer.Option("--input", "-i", metavar="TABLE=PATH", help="TABLE=PATH: a JSON Lines file for a source table (one per source)."),
+        typer.Option("--input", "-i", metavar="TABLE=PATH", help="A JSON Lines file for a source table; give one per source."),
     ] = [],  # noqa: B006 - typer reads the default, never mutates it
     batching: Annotated[
         Batching,
@@ -150,8 +150,7 @@ def replay(
 ) -> None:
     """Replay JSON Lines changelogs through a pipeline, in-process, batch by batch.
 
-    A line is {"kind": "+I", "row": {...}} with an optional "seq" (source position),
-    or {"barrier": true}. See docs/replay.md.
+    A line is {"kind": "+I", "row": {...}} (optional "seq": source position) or {"barrier": true}. See docs/replay.md.
     """
     status = run(sql_file, input, batching.value, emit.value)
     if status:
