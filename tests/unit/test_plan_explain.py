@@ -26,7 +26,7 @@ def test_explain_dict_lists_every_stage_with_key_and_mode():
     src, _, join, calc, mat, sink = e["stages"]
     assert (src["table"], src["changelog_mode"], src["upsert_key"]) == ("s1", "retract", ["id"])
     assert (join["changelog_mode"], join["upsert_key"], join["upsert_keys"]) == ("retract", None, [])
-    assert join["detail"]["on"] == ["level = id"]
+    assert join["detail"]["on"] == ["level = id1"]
     assert join["inputs"] == [0, 1]
     assert calc["detail"]["projections"] == ["`id` AS id", "`level` AS level", "`attr` AS attr"]
     assert (mat["upsert_key"], mat["inputs"]) == (["id"], [3])

@@ -217,3 +217,32 @@ def test_table_without_pk_keys_by_row():
     apply_to_table(table, [Change("+I", (1, "a"), (1,)), Change("+I", (2, "b"), (1,))], ())
     apply_to_table(table, [Change("-D", (1, "a"), (2,))], ())
     assert table == {(2, "b"): (2, "b")}
+
+
+AGG_DDL = """
+CREATE TABLE a (k BIGINT, v BIGINT, w BIGINT, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'debezium-json');
+CREATE TABLE b (k BIGINT, x STRING, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'debezium-json');
+CREATE TABLE agg (v BIGINT, mn BIGINT, mx BIGINT, av BIGINT, lv BIGINT, dc BIGINT, PRIMARY KEY (v) NOT ENFORCED) WITH ('format' = 'upsert-json');
+CREATE TABLE lj (k BIGINT, w BIGINT, x STRING, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'changelog-json');
+"""
+
+
+def test_all_aggregate_functions_and_having():
+    p = compile_sql(
+        AGG_DDL + "INSERT INTO agg SELECT v, MIN(w), MAX(w), AVG(w), LAST_VALUE(w), COUNT(DISTINCT w) "
+        "FROM a GROUP BY v HAVING COUNT(*) > 1"
+    )
+    host = ReplayHost(p)
+    host.run_batch({"a": [Change("+I", (1, 7, 10), (1,)), Change("+I", (2, 7, 5), (2,)), Change("+I", (3, 7, 5), (3,)), Change("+I", (4, 8, 1), (4,))]})
+    assert host.table() == {(7,): (7, 5, 10, 6, 5, 2)}  # group 8 has one row: HAVING drops it
+    host.run_batch({"a": [Change("-D", (1, 7, 10), (5,)), Change("-D", (2, 7, 5), (5,))]})
+    assert host.table() == {}  # group 7 is down to one row
+
+
+def test_left_join_with_residual_pads_rows_that_fail_it():
+    p = compile_sql(AGG_DDL + "INSERT INTO lj SELECT a.k, a.w, b.x FROM a LEFT JOIN b ON a.v = b.k AND a.w > 5 ON CONFLICT DO DEDUPLICATE")
+    host = ReplayHost(p)
+    host.run_batch({"a": [Change("+I", (1, 7, 10), (1,)), Change("+I", (2, 7, 5), (2,))], "b": [Change("+I", (7, "seven"), (3,))]})
+    assert host.table() == {(1,): (1, 10, "seven"), (2,): (2, 5, None)}
+    host.run_batch({"b": [Change("-D", (7, "seven"), (4,))]})
+    assert host.table() == {(1,): (1, 10, None), (2,): (2, 5, None)}

@@ -41,6 +41,7 @@ from tidemark.engine.expressions import (
     col_ref,
     infer_type,
     referenced_columns,
+    to_spark_sql,
 )
 from tidemark.engine.sql import InsertStatement, Script, Tidemark, describe, position_of, sql_error
 from tidemark.engine.types import SqlType, assignable, make_type
@@ -522,17 +523,17 @@ class Planner:
             join_type, left.upsert_keys, right.upsert_keys, Key(lkeys), Key(rkeys), left.width
         )
         appendish = left.changelog_mode == "append" and right.changelog_mode == "append" and join_type == "inner"
-        names = scope.names
+        names = self._unique_names(scope.names)
         types = scope.types
         if join_type in ("left", "full"):
             pass  # right columns become nullable; SqlType has no nullability
         node = self._add(
-            "join", name, [left_id, right_id], self._unique_names(names), types,
+            "join", name, [left_id, right_id], names, types,
             upsert_keys=keys, changelog_mode="append" if appendish else "retract", stage=stage,
             detail={
                 "join_type": join_type,
                 "on": [f"{names[a]} = {names[left.width + b]}" for a, b in zip(lkeys, rkeys)],
-                "residual": res_expr.sql() if res_expr is not None else None,
+                "residual": to_spark_sql(res_expr, names) if res_expr is not None else None,
                 "condition": on.sql(),
             },
         )  # fmt: skip
