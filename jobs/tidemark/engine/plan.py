@@ -40,7 +40,6 @@ from tidemark.engine.expressions import (
     col_index,
     col_ref,
     infer_type,
-    referenced_columns,
     to_spark_sql,
 )
 from tidemark.engine.sql import InsertStatement, Script, Tidemark, describe, position_of, sql_error
@@ -525,8 +524,6 @@ class Planner:
         appendish = left.changelog_mode == "append" and right.changelog_mode == "append" and join_type == "inner"
         names = self._unique_names(scope.names)
         types = scope.types
-        if join_type in ("left", "full"):
-            pass  # right columns become nullable; SqlType has no nullability
         node = self._add(
             "join", name, [left_id, right_id], names, types,
             upsert_keys=keys, changelog_mode="append" if appendish else "retract", stage=stage,
@@ -534,10 +531,8 @@ class Planner:
                 "join_type": join_type,
                 "on": [f"{names[a]} = {names[left.width + b]}" for a, b in zip(lkeys, rkeys)],
                 "residual": to_spark_sql(res_expr, names) if res_expr is not None else None,
-                "condition": on.sql(),
             },
         )  # fmt: skip
-        node.detail["condition_sql"] = describe(on, 200)
         return node.id
 
     @staticmethod
