@@ -25,18 +25,19 @@ class AggregationMerge:
         self.fields: tuple[tuple[int, FieldAgg], ...] = tuple(sorted(cfg.aggs.items()))
         self.remove_on_delete = cfg.aggregation_remove_record_on_delete
 
-    def merge(self, items: Sequence[Item]) -> tuple | None:
+    def merge(self, items: Sequence[Item]) -> tuple[tuple | None, tuple | None]:
+        """(merged row, None) or (None, the ``-D`` that removed the row)."""
         row: list = [None] * self.width
         touched: set[int] = set()
-        deleted = False
+        deleted: tuple | None = None
         for item in items:
             values = item.row
             if item.kind == DELETE and self.remove_on_delete:
                 row = [None] * self.width
                 touched = set()
-                deleted = True
+                deleted = values
                 continue
-            deleted = False
+            deleted = None
             if item.kind in ADDS:
                 for i in self.seq_fields:
                     row[i] = values[i]
@@ -52,4 +53,4 @@ class AggregationMerge:
                         touched.add(i)
                 except MergeError as exc:
                     raise MergeError(f"column '{self.columns[i]}': {exc}") from None
-        return None if deleted else tuple(row)
+        return (None, deleted) if deleted is not None else (tuple(row), None)

@@ -16,7 +16,7 @@ from tidemark.engine.stages.merge.ordering import Item
 
 
 class FirstRowMerge:
-    def merge(self, items: Sequence[Item]) -> tuple | None:
+    def merge(self, items: Sequence[Item]) -> tuple[tuple | None, None]:
         if any(item.kind not in ADDS for item in items):
             raise MergeError(
                 "merge-engine 'first-row' cannot take retractions (-U/-D); "
@@ -24,8 +24,8 @@ class FirstRowMerge:
             )
         for item in items:
             if item.is_state:
-                return item.row
+                return item.row, None
         for item in items:
             if item.kind in ADDS:
-                return item.row
-        return None
+                return item.row, None
+        return None, None

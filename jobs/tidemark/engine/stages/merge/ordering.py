@@ -8,7 +8,8 @@ Paimon's: by ``sequence.field`` (nulls first; ascending, or descending with
 retractions before adds at the same position, and finally by the row's repr so that even
 full ties are deterministic.
 
-The merged row kept in state re-enters every fold as one more record, positioned by its
+The merged row kept in state (or the tombstone of a deleted key, with ``sequence.field``)
+re-enters every fold as one more record, positioned by its
 own sequence value and the greatest source position applied so far, ahead of batch records
 that tie with it. That is exactly how Paimon re-merges a compacted row with newer files, and
 it is what makes "the record with the largest sequence wins" hold across batches: a late
@@ -126,8 +127,11 @@ def merge_order(
     state_pos: tuple,
     seq_fields: Sequence[int],
     ascending: bool,
+    state_kind: str = "+I",
 ) -> list[Item]:
-    """The records of one key, plus the state row, in the order they fold."""
+    """The records of one key, plus the state row, in the order they fold. The state is
+    the merged row (``+I``) or, with ``sequence.field``, the tombstone of a deleted key
+    (``-D``, the record that deleted it), so older records cannot resurrect the key."""
     keyed: list[tuple] = []
     for c in records:
         seq = sequence_key(c.row, seq_fields, ascending) if seq_fields else ()
@@ -139,7 +143,7 @@ def merge_order(
     if _has_ties(keyed):
         keyed.sort(key=_full_key)
     return [
-        Item(k[3].kind, k[3].row, False) if k[3] is not None else Item("+I", state_row, True)
+        Item(k[3].kind, k[3].row, False) if k[3] is not None else Item(state_kind, state_row, True)
         for k in keyed
     ]
 

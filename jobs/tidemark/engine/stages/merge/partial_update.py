@@ -49,14 +49,16 @@ class PartialUpdateMerge:
         self.remove_on_delete = cfg.remove_record_on_delete
         self.remove_on_group = cfg.remove_record_on_sequence_group
 
-    def merge(self, items: Sequence[Item]) -> tuple | None:
+    def merge(self, items: Sequence[Item]) -> tuple[tuple | None, tuple | None]:
+        """(merged row, None), or (None, the ``-D`` that removed the row), or (None, None)
+        when only retractions met a key without a row."""
         row: list = [None] * self.width
         touched: set[int] = set()
-        deleted = False
+        deleted: tuple | None = None
         met_insert = False
         for item in items:
             if item.kind in ADDS:
-                deleted = False
+                deleted = None
                 if self.groups:
                     self._update_with_groups(row, item, touched)
                 else:
@@ -66,25 +68,27 @@ class PartialUpdateMerge:
                             row[i] = v
                 met_insert = True
                 continue
-            deleted = False
+            deleted = None
             if self.groups:
                 if self._retract_with_groups(row, item):
                     row = [None] * self.width
                     touched = set()
-                    deleted = True
+                    deleted = item.row
             elif self.remove_on_delete:
                 if item.kind == DELETE:
                     row = [None] * self.width
                     touched = set()
-                    deleted = True
+                    deleted = item.row
             else:
                 raise MergeError(
                     "merge-engine 'partial-update' cannot take retractions (-U/-D); set "
                     "'ignore-delete', 'partial-update.remove-record-on-delete' or sequence groups"
                 )
-        if deleted or not met_insert:
-            return None
-        return tuple(row)
+        if deleted is not None:
+            return None, deleted
+        if not met_insert:
+            return None, None
+        return tuple(row), None
 
     def _update_with_groups(self, row: list, item: Item, touched: set[int]) -> None:
         values = item.row

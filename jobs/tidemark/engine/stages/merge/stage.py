@@ -1,15 +1,21 @@
 """The merge engine as a keyed sink stage.
 
-Keyed by the sink primary key. State per key is the merged row and the greatest source
-position merged into it -- ``(row, pos)`` -- plus, for ``full-compaction``, the row emitted
-at the last barrier and since when the key has changes waiting: ``(row, pos, emitted,
-dirty_since_ms)``. Everything an engine needs lives in the merged row itself (as in Paimon,
-where a compacted row is all that is left of its history), which keeps state at one row per
-key. ``None`` when the key has no row and nothing pending.
+Keyed by the sink primary key. State per key:
+
+- ``(row, pos)``: the merged row and the greatest source position merged into it. Everything
+  an engine needs lives in the merged row itself (as in Paimon, where a compacted row is all
+  that is left of a key's history), so state is one row per key.
+- ``(None, pos, tombstone)``: with ``sequence.field`` only, a deleted key keeps the record
+  that deleted it, so a record with a smaller sequence arriving in a later batch sorts
+  before the delete and cannot resurrect the key ("the largest sequence wins, also across
+  batches"). Without ``sequence.field`` a delete forgets the key.
+- ``full-compaction`` adds the row emitted at the last barrier and since when changes are
+  pending: ``(row, pos, tombstone, emitted, dirty_since_ms)``.
+- ``None`` when there is nothing to keep.
 
 Per batch and key: drop retractions under ``ignore-delete``; cancel exact ``+X``/``-X``
-pairs; order the rest together with the state row (``ordering``); fold them with the
-engine; emit what the changelog producer asks for.
+pairs; order the rest together with the state (``ordering``); fold them with the engine;
+emit what the changelog producer asks for (``producers``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class MergeEngineStage:
         self.fill_key = cfg.engine in ("partial-update", "aggregation")
         self.producer = cfg.producer
         self.full = cfg.producer == "full-compaction"
+        self.keep_tombstones = bool(cfg.sequence_fields)
         # first-row's changelog is insert-only: an unchanged row is never re-emitted.
         self.dedupe = cfg.row_deduplicate or cfg.engine == "first-row"
 
@@ -50,26 +57,33 @@ class MergeEngineStage:
     def wakeup_ms(self, state: Any) -> int | None:
         """When the host must call ``process_key`` for this key even without records
         (``full-compaction`` barriers); ``None`` when nothing is pending."""
-        if not self.full or state is None or state[3] is None:
+        if not self.full or state is None or state[4] is None:
             return None
-        return producers.next_barrier_ms(state[3], self.cfg.compaction_interval_ms)
+        return producers.next_barrier_ms(state[4], self.cfg.compaction_interval_ms)
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
     ) -> tuple[Any, list[Change]]:
-        old_row, old_pos = (state[0], state[1]) if state is not None else (None, ())
-        records = self._accepted(key, inputs[0], ctx)
+        old_row, old_pos, old_tomb = _unpack(state)
+        records = self._accepted(inputs[0], ctx)
         effective = cancel_pairs(records) if len(records) > 1 else records
         if len(effective) < len(records):
             ctx.metrics["merge_pairs_cancelled"] += (len(records) - len(effective)) // 2
         if effective:
-            new_row = self._merge(key, effective, old_row, old_pos)
+            new_row, tomb = self._merge(key, effective, old_row, old_pos, old_tomb)
             pos = max(old_pos, max(c.pos for c in effective))
         else:
-            new_row, pos = old_row, old_pos
+            new_row, tomb, pos = old_row, old_tomb, old_pos
+        if not self.keep_tombstones:
+            tomb = None
         if self.full:
-            return self._full_compaction(state, new_row, pos, bool(effective), ctx)
-        new_state = (new_row, pos) if new_row is not None else None
+            return self._full_compaction(state, new_row, pos, tomb, bool(effective), ctx)
+        if new_row is not None:
+            new_state: Any = (new_row, pos)
+        elif tomb is not None:
+            new_state = (None, pos, tomb)
+        else:
+            new_state = None
         if self.producer == "none":
             return new_state, producers.upserts(old_row, new_row, pos)
         if self.producer == "input":
@@ -78,7 +92,7 @@ class MergeEngineStage:
             return new_state, []
         return new_state, producers.full_diff(old_row, new_row, pos, self.dedupe)
 
-    def _accepted(self, key: tuple, records: list[Change], ctx: BatchContext) -> list[Change]:
+    def _accepted(self, records: list[Change], ctx: BatchContext) -> list[Change]:
         for c in records:
             if len(c.row) != self.width:
                 raise InputError(
@@ -92,12 +106,16 @@ class MergeEngineStage:
             return kept
         return records
 
-    def _merge(self, key: tuple, records: list[Change], old_row: tuple | None,
-               old_pos: tuple) -> tuple | None:
-        items = merge_order(records, old_row, old_pos, self.cfg.sequence_fields,
-                            self.cfg.sequence_ascending)
+    def _merge(self, key: tuple, records: list[Change], old_row: tuple | None, old_pos: tuple,
+               old_tomb: tuple | None) -> tuple[tuple | None, tuple | None]:
+        if old_row is not None:
+            items = merge_order(records, old_row, old_pos, self.cfg.sequence_fields,
+                                self.cfg.sequence_ascending)
+        else:
+            items = merge_order(records, old_tomb, old_pos, self.cfg.sequence_fields,
+                                self.cfg.sequence_ascending, state_kind="-D")
         try:
-            row = self.merge_fn.merge(items)
+            row, tomb = self.merge_fn.merge(items)
         except MergeError as exc:
             pk = ", ".join(f"{self.cfg.columns[i]}={v!r}" for i, v in zip(self.pk, key))
             raise InputError(f"table '{self.cfg.table}'", f"primary key ({pk}): {exc}") from None
@@ -106,11 +124,12 @@ class MergeEngineStage:
             for i, v in zip(self.pk, key):
                 values[i] = v
             row = tuple(values)
-        return row
+        return row, tomb
 
-    def _full_compaction(self, state: Any, new_row: tuple | None, pos: tuple, applied: bool,
+    def _full_compaction(self, state: Any, new_row: tuple | None, pos: tuple,
+                         tomb: tuple | None, applied: bool,
                          ctx: BatchContext) -> tuple[Any, list[Change]]:
-        emitted, dirty = (state[2], state[3]) if state is not None else (None, None)
+        emitted, dirty = (state[3], state[4]) if state is not None else (None, None)
         if applied and dirty is None:
             dirty = ctx.now_ms
         changes: list[Change] = []
@@ -119,6 +138,14 @@ class MergeEngineStage:
         ):
             changes = producers.full_diff(emitted, new_row, pos, self.dedupe)
             emitted, dirty = new_row, None
-        if new_row is None and emitted is None and dirty is None:
+        if new_row is None and tomb is None and emitted is None and dirty is None:
             return None, changes
-        return (new_row, pos, emitted, dirty), changes
+        return (new_row, pos, tomb, emitted, dirty), changes
+
+
+def _unpack(state: Any) -> tuple[tuple | None, tuple, tuple | None]:
+    if state is None:
+        return None, (), None
+    if len(state) == 2:
+        return state[0], state[1], None
+    return state[0], state[1], state[2]
