@@ -69,7 +69,7 @@ def test_each_seed_ordering_with_the_pair_in_one_batch_emits_only_the_final_row(
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_seed_ordering_one_record_per_batch_ends_with_the_final_row(tmp_path, case):
-    result = cli(SQL, write_inputs(tmp_path, CASES[case]), "--batching", "record")
+    result = in_process(SQL, write_inputs(tmp_path, CASES[case]), "--batching", "record")
     assert summary(result.stderr)["batch(es)"] == 5
     assert final_table(result) == FINAL
 
