@@ -23,7 +23,9 @@ class KafkaAdminError(TidemarkError):
 
 
 def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    # errors surface through the futures; librdkafka's own connection logs would only be
+    # noise from clients that outlive a stopped test broker
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
 
 
 def ensure_topics(
@@ -59,7 +61,8 @@ def delete_topics(bootstrap: str, topics: Iterable[str], timeout_s: float = 30.0
     names = list(topics)
     if not names:
         return
-    for name, future in admin_client(bootstrap).delete_topics(names, operation_timeout=timeout_s).items():
+    admin = admin_client(bootstrap)
+    for name, future in admin.delete_topics(names, operation_timeout=timeout_s).items():
         try:
             future.result(timeout=timeout_s)
         except KafkaException as err:
@@ -104,3 +107,15 @@ def end_offsets(
         }
     finally:
         consumer.close()
+
+
+def describe_cleanup_policy(bootstrap: str, topic: str, timeout_s: float = 10.0) -> str | None:
+    """The topic's ``cleanup.policy`` (``compact`` for upsert sinks and registries)."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = admin_client(bootstrap)  # keep a reference: a collected client cancels its futures
+    futures = admin.describe_configs([ConfigResource("topic", topic)])
+    for future in futures.values():
+        entry = future.result(timeout=timeout_s).get("cleanup.policy")
+        return entry.value if entry is not None else None
+    return None

@@ -1,0 +1,237 @@
+"""Writing a Spark micro-batch of changes to Kafka (call from ``foreachBatch``), and the
+dead-letter topic.
+
+Input: a DataFrame of ``CHANGE_SCHEMA`` rows (``kind``, pickled ``row``, ``pos``), the form
+changes travel in between stages (``tidemark.spark.keyed``).
+
+Delivery under replay (Spark re-runs the batch it had not committed after a crash):
+
+- ``UpsertSink`` (``upsert-json`` / ``upsert-avro``): idempotent by construction. The
+  batch is consolidated per sink primary key (exact ``+X/-X`` pairs cancel; the latest
+  remaining change by source position wins, a retraction before an add at the same
+  position) into at most one record per key: the row, or a tombstone. The result depends
+  only on the batch's changes, not their order, so a replay writes the same key/value
+  pairs and the materialized table does not change. Records are produced from the
+  executors with an idempotent producer, keyed by the PK (Java-compatible partitioner),
+  and the batch is flushed before ``foreachBatch`` returns, so batch N+1 never overtakes
+  batch N. ``-U`` is never written.
+- ``ChangelogSink`` (``changelog-json`` / ``changelog-avro``): every change with its kind,
+  in source-position order, written exactly once per batch id through a Kafka transaction
+  with a commit marker (``tidemark.kafka.transactional``: exactly-once for read_committed
+  consumers on Apache Kafka; on Tansu, use ``read_exactly_once``).
+- ``DeadLetterSink``: the records ``decode_stream`` could not decode, to
+  ``<pipeline>.dlq``, with the same transactional protocol (no dead letter lost or
+  duplicated by a replay); ``metrics`` counts them per error kind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from tidemark.engine.catalog import TableDef
+from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, zset
+from tidemark.formats import dead_letter
+from tidemark.formats.codecs import Encoder
+from tidemark.kafka.transactional import (
+    SinkWriteError,
+    TransactionalBatchWriter,
+    WriteResult,
+    producer_config,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def net_upsert(changes: Iterable[Change]) -> Change | None:
+    """The one change an upsert sink writes for a key's changes of one batch:
+    ``+U(row)``, ``-D(row)`` (a tombstone) or None (everything cancelled).
+
+    Exact pairs cancel first (the Z-set), so an arrival order that splits a ``-U/+U``
+    pair cannot matter. Of what remains, the change with the greatest source position
+    decides; at equal positions an add beats a retraction (retractions apply first)."""
+    changes = list(changes)
+    remaining = zset(changes)
+    if not remaining:
+        return None
+    best: tuple | None = None
+    for c in changes:
+        w = remaining.get(c.row, 0)
+        if w == 0 or (w > 0) != (c.kind in ADDS):
+            continue
+        rank = (tuple(c.pos), c.kind in ADDS, repr(c.row))
+        if best is None or rank > best[0]:
+            best = (rank, c)
+    assert best is not None
+    c = best[1]
+    return Change(UPDATE_AFTER if c.kind in ADDS else DELETE, c.row, c.pos)
+
+
+def _changes_of(rows: Iterable[Any]) -> Iterator[Change]:
+    from tidemark.spark.keyed import decode_row
+
+    for r in rows:
+        yield Change(r["kind"], decode_row(r["row"]), tuple(r["pos"] or ()))
+
+
+class UpsertSink:
+    """Key = sink PK, value = row, tombstone on delete (see module docstring)."""
+
+    def __init__(self, bootstrap: str, table: TableDef, *, topic: str | None = None,
+                 registry_url: str | None = None, flush_timeout_s: float = 120.0):
+        self.bootstrap = bootstrap
+        self.table = table
+        self.registry_url = registry_url
+        self.topic = topic or table.options.get("topic", table.name)
+        if not Encoder(table, registry_url).upsert:  # validates the format on the driver
+            raise SinkWriteError(f"sink '{table.name}': format '{table.format}' is not an upsert format")
+        self.flush_timeout_s = flush_timeout_s
+        self.metrics: Counter = Counter()
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> int:
+        """Write one batch; returns the number of records produced."""
+        bootstrap, table, url, topic, timeout = self.bootstrap, self.table, self.registry_url, self.topic, self.flush_timeout_s
+
+        def key_pairs(rows: Iterator[Any]) -> Iterator[tuple[bytes, Change]]:
+            encoder = Encoder(table, url)
+            for c in _changes_of(rows):
+                yield encoder.encode_key(c.row, topic), c
+
+        def produce(groups: Iterator[tuple[bytes, Iterable[Change]]]) -> Iterator[int]:
+            from confluent_kafka import Producer
+
+            encoder = Encoder(table, url)
+            producer = Producer(producer_config(bootstrap))
+            errors: list[str] = []
+
+            def on_delivery(err, msg) -> None:
+                if err is not None:
+                    errors.append(err.str())
+
+            n = 0
+            for key, changes in groups:
+                final = net_upsert(changes)
+                if final is None:
+                    continue
+                _, value = encoder.encode(final, topic)
+                while True:
+                    try:
+                        producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                n += 1
+            if producer.flush(timeout) or errors:
+                raise SinkWriteError(f"upsert sink '{topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
+            yield n
+
+        rdd = df.select("kind", "row", "pos").rdd.mapPartitions(key_pairs)
+        written = sum(rdd.groupByKey().mapPartitions(produce).collect())
+        self.metrics["records_written"] += written
+        self.metrics["batches"] += 1
+        return written
+
+
+class ChangelogSink:
+    """Every change with its kind, exactly once per batch id (see module docstring).
+    ``writer_id`` must be stable across restarts of the same query and unique per sink
+    (e.g. ``<pipeline>.<sink table>``)."""
+
+    def __init__(self, bootstrap: str, table: TableDef, writer_id: str, *, topic: str | None = None,
+                 registry_url: str | None = None):
+        self.table = table
+        self.registry_url = registry_url
+        self.topic = topic or table.options.get("topic", table.name)
+        if Encoder(table, registry_url).upsert:
+            raise SinkWriteError(f"sink '{table.name}': format '{table.format}' is not a changelog format")
+        self.writer = TransactionalBatchWriter(bootstrap, writer_id)
+        self.metrics: Counter = Counter()
+
+    def write_batch(self, df: DataFrame, batch_id: int) -> WriteResult:
+        table, url, topic = self.table, self.registry_url, self.topic
+
+        def encode(rows: Iterator[Any]) -> Iterator[tuple[tuple, bool, bytes | None, bytes | None]]:
+            encoder = Encoder(table, url)
+            for c in _changes_of(rows):
+                key, value = encoder.encode(c, topic)
+                yield tuple(c.pos), c.kind in ADDS, key, value
+
+        self.writer.start()
+        if batch_id <= self.writer.last_committed:  # replay of a committed batch: no Spark job
+            return WriteResult(batch_id, 0, True)
+        encoded = df.select("kind", "row", "pos").rdd.mapPartitions(encode).collect()
+        # source-position order, retractions before adds at one position (-U before +U)
+        encoded.sort(key=lambda e: (e[0], e[1]))
+        result = self.writer.write(batch_id, ((topic, k, v) for _, _, k, v in encoded))
+        self.metrics["batches_skipped" if result.skipped else "batches"] += 1
+        self.metrics["records_written"] += result.written
+        return result
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+DEAD_LETTER_COLUMNS = (
+    "table", "format", "topic", "partition", "offset", "timestamp", "key", "value", "error_kind", "reason",
+)
+
+
+class DeadLetterSink:
+    """Writes undecodable records to ``<pipeline>.dlq`` exactly once per batch id, with
+    ``metrics["dlq_records"]`` and ``metrics["dlq_records.<error kind>"]``."""
+
+    def __init__(self, bootstrap: str, pipeline: str, *, encoding: str = "json", writer_id: str | None = None):
+        if encoding not in dead_letter.ENCODINGS:
+            raise ValueError(f"dead-letter encoding {encoding!r}: expected one of {', '.join(dead_letter.ENCODINGS)}")
+        self.pipeline = pipeline
+        self.topic = dead_letter.dlq_topic(pipeline)
+        self.encoding = encoding
+        self.bootstrap = bootstrap
+        self.writer = TransactionalBatchWriter(bootstrap, writer_id or f"{pipeline}.dlq")
+        self.metrics: Counter = Counter()
+        self._topic_ready = False
+
+    def letters(self, rows: Iterable[Any], batch_id: int) -> list[dead_letter.DeadLetter]:
+        out = []
+        for r in rows:
+            ts = r["timestamp"]
+            ts_ms = None
+            if isinstance(ts, _dt.datetime):
+                aware = ts if ts.tzinfo else ts.replace(tzinfo=_dt.timezone.utc)
+                ts_ms = int(aware.timestamp() * 1000)
+            out.append(dead_letter.DeadLetter(
+                pipeline=self.pipeline, table=r["table"] or "", format=r["format"] or "",
+                source_topic=r["topic"], source_partition=int(r["partition"]), source_offset=int(r["offset"]),
+                source_timestamp_ms=ts_ms, error_kind=r["error_kind"], reason=r["reason"],
+                key=None if r["key"] is None else bytes(r["key"]),
+                value=None if r["value"] is None else bytes(r["value"]), batch_id=batch_id,
+            ))
+        out.sort(key=lambda d: (d.source_topic, d.source_partition, d.source_offset))
+        return out
+
+    def write_batch(self, bad: DataFrame, batch_id: int) -> WriteResult:
+        """``bad``: the rows of ``decode_stream`` whose ``error_kind`` is set."""
+        self.writer.start()
+        if batch_id <= self.writer.last_committed:
+            return WriteResult(batch_id, 0, True)
+        return self.write_letters(self.letters(bad.select(*DEAD_LETTER_COLUMNS).collect(), batch_id), batch_id)
+
+    def write_letters(self, letters: list[dead_letter.DeadLetter], batch_id: int) -> WriteResult:
+        if not self._topic_ready:
+            from tidemark.kafka.admin import ensure_topics
+
+            ensure_topics(self.bootstrap, {self.topic: 1})
+            self._topic_ready = True
+        records = [(self.topic, *dead_letter.encode(d, self.encoding)) for d in letters]
+        result = self.writer.write(batch_id, records)
+        if not result.skipped:
+            self.metrics["dlq_records"] += len(letters)
+            for d in letters:
+                self.metrics[f"dlq_records.{d.error_kind}"] += 1
+        return result
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,450 @@
+"""Kafka as a Spark streaming source, as a Python data source on confluent-kafka.
+
+Why not Spark's own Kafka connector: it needs the ``spark-sql-kafka`` jars, which a plain
+``pip install pyspark`` does not have. This source needs nothing but confluent-kafka.
+
+How it stays exactly-once on the read side:
+
+- An offset is ``{topic: {partition: next offset}}`` (partitions as strings: the offset
+  travels through JSON). Spark writes the end offset of every micro-batch to its
+  checkpoint *before* running the batch, so a restarted query re-plans the one batch that
+  was not committed with the very same ``[start, end)`` ranges and reads exactly those
+  records again; nothing here keeps offsets anywhere else (no consumer group commits).
+- One input partition per topic-partition range. A task ``assign()``s its partition at
+  ``start`` (group ``subscribe()`` would rebalance, and is slow on the Tansu broker), reads
+  until its position reaches ``end``, skips anything past ``end`` and closes.
+- ``read_committed``: the end of a range is the last stable offset, so records of open
+  transactions are never planned; transaction markers occupy offsets but are never
+  returned, which is why a range ends on the consumer position, not on a record's offset.
+  (The Tansu broker returns records of *aborted* transactions to read_committed consumers;
+  Apache Kafka does not.)
+- Rate limit: ``maxRecordsPerTrigger`` caps the offsets one micro-batch spans, split over
+  partitions in proportion to their backlog, so a backlog becomes many bounded batches.
+  ``Trigger.AvailableNow`` is supported (a fixed target, reached in rate-limited steps).
+
+Output columns: ``topic, partition, offset, timestamp, key, value`` (bytes); decoding is a
+later step so that an undecodable record can be routed to the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+SOURCE_NAME = "tidemark-kafka"
+SCHEMA = "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary"
+#: a task that sees no progress for this long fails (naming its range) instead of hanging
+STALL_TIMEOUT_S = 120.0
+ARROW_BATCH_ROWS = 10_000
+
+Offsets = dict[str, dict[str, int]]
+
+
+class KafkaSourceError(RuntimeError):
+    pass
+
+
+def consumer_config(options: dict[str, str]) -> dict[str, Any]:
+    bootstrap = options.get("bootstrap.servers") or options.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise KafkaSourceError("the tidemark-kafka source needs the 'bootstrap.servers' option")
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": options.get("group.id", "tidemark-source"),  # required, never committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": options.get("isolation.level", "read_committed"),
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 100,
+        "log_level": 3,
+    }
+    for key, value in options.items():  # pass-through of librdkafka settings
+        if key.startswith("kafka.") and key != "kafka.bootstrap.servers":
+            conf[key[len("kafka."):]] = value
+    return conf
+
+
+def plan_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Cap the span ``start -> end`` at ``max_rows`` offsets in total, shared over the
+    partitions in proportion to their backlog (the remainder goes one offset at a time to
+    the partitions in sorted order). Deterministic, and always makes progress."""
+    backlog = {
+        (t, p): end[t][p] - start.get(t, {}).get(p, 0) for t in end for p in end[t]
+    }
+    total = sum(n for n in backlog.values() if n > 0)
+    if total <= max_rows:
+        return end
+    take = {tp: (n * max_rows) // total if n > 0 else 0 for tp, n in backlog.items()}
+    left = max_rows - sum(take.values())
+    for tp in sorted(backlog):
+        if left <= 0:
+            break
+        if backlog[tp] > take[tp]:
+            take[tp] += 1
+            left -= 1
+    return {
+        t: {p: start.get(t, {}).get(p, 0) + take[(t, p)] for p in end[t]} for t in end
+    }
+
+
+class KafkaRange(InputPartition):
+    """One topic-partition's ``[start, end)`` of one micro-batch."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int):
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, schema: StructType, options: dict[str, str]):
+        self.schema = schema
+        # Spark hands options over case-insensitively; look them up lower-cased.
+        self.options = {k.lower(): v for k, v in options.items()}
+        topics = self.options.get("topics") or self.options.get("subscribe") or ""
+        self.topics = [t.strip() for t in topics.split(",") if t.strip()]
+        if not self.topics:
+            raise KafkaSourceError("the tidemark-kafka source needs the 'topics' option")
+        self.conf = consumer_config(self.options)
+        limit = self.options.get("maxrecordspertrigger") or self.options.get("maxoffsetspertrigger")
+        self.max_records = int(limit) if limit else None
+        if self.max_records is not None and self.max_records < 1:
+            raise KafkaSourceError(f"maxRecordsPerTrigger must be >= 1, got {limit}")
+        starting = self.options.get("startingoffsets", "earliest")
+        if starting not in ("earliest", "latest"):
+            raise KafkaSourceError(f"startingOffsets must be 'earliest' or 'latest', got {starting!r}")
+        self.starting = starting
+        self.timeout_s = float(self.options.get("metadatatimeoutseconds", "30"))
+        self._consumer = None
+        self._target: Offsets | None = None
+        self._last_end: Offsets | None = None
+
+    # Executors get a pickled reader: never ship the driver's consumer.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        return state
+
+    # ------------------------------------------------------------------ driver side
+    def _admin_consumer(self):
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            # short fetch waits: a probe at the end of a partition must not sit in the
+            # broker's long poll (500 ms by default) before the next probe can start
+            self._consumer = Consumer({**self.conf, "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+        return self._consumer
+
+    def _partitions(self) -> dict[str, list[int]]:
+        consumer = self._admin_consumer()
+        md = consumer.list_topics(timeout=self.timeout_s)
+        out: dict[str, list[int]] = {}
+        for topic in self.topics:
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise KafkaSourceError(f"topic '{topic}' does not exist on {self.conf['bootstrap.servers']}")
+            out[topic] = sorted(meta.partitions)
+        return out
+
+    def _watermarks(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """``(low, end)`` per partition, ``end`` being the last stable offset.
+
+        The end is what a *fetch* reports, not what ListOffsets says: the Tansu broker
+        answers ListOffsets with the base offset of the last record batch + 1 (measured:
+        100 records in one batch -> 1), which would leave a batch's tail unread until more
+        data arrives. So: ListOffsets first, then one fetch from just before that offset
+        per partition, and the larger of the two ends."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        consumer = self._admin_consumer()
+        listed = {
+            (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=self.timeout_s)
+            for t, parts in self._partitions().items()
+            for p in parts
+        }
+        probe = [TopicPartition(t, p, max(lo, hi - 1)) for (t, p), (lo, hi) in listed.items() if hi > lo]
+        fetched: dict[tuple[str, int], int] = {}
+        if probe:
+            consumer.assign(probe)
+            pending = {(tp.topic, tp.partition) for tp in probe}
+            deadline = time.monotonic() + self.timeout_s
+            while pending and time.monotonic() < deadline:
+                m = consumer.poll(0.2)
+                if m is None:
+                    continue
+                err = m.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    continue
+                tp = (m.topic(), m.partition())
+                if tp in pending:
+                    # the fetch response's high watermark (last stable offset when read_committed)
+                    _, hi = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                    if hi >= 0:
+                        fetched[tp] = hi
+                        pending.discard(tp)
+            consumer.unassign()
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        for (t, p), (lo, hi) in listed.items():
+            out.setdefault(t, {})[str(p)] = (lo, max(hi, fetched.get((t, p), hi)))
+        return out
+
+    def initialOffset(self) -> Offsets:
+        idx = 1 if self.starting == "latest" else 0
+        return {t: {p: wm[idx] for p, wm in parts.items()} for t, parts in self._watermarks().items()}
+
+    def _end(self) -> Offsets:
+        return {t: {p: wm[1] for p, wm in parts.items()} for t, parts in self._watermarks().items()}
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        end = self._end()
+        self._last_end = end
+        if self._target is not None:  # Trigger.AvailableNow: never beyond the target
+            end = {t: {p: min(o, self._target.get(t, {}).get(p, o)) for p, o in parts.items()} for t, parts in end.items()}
+        # a partition never goes backwards (e.g. start already past a reported end)
+        end = {t: {p: max(o, start.get(t, {}).get(p, 0)) for p, o in parts.items()} for t, parts in end.items()}
+        if isinstance(limit, ReadMaxRows):
+            return plan_limit(start, end, limit.max_rows)
+        return end
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> Offsets | None:
+        """The end seen by the last ``latestOffset`` (Spark reports lag with it)."""
+        return self._last_end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._end()
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaRange]:
+        ranges = []
+        for topic in sorted(end):
+            for p in sorted(end[topic], key=int):
+                lo = start.get(topic, {}).get(p, 0)
+                hi = end[topic][p]
+                if hi > lo:
+                    ranges.append(KafkaRange(topic, int(p), lo, hi))
+        return ranges
+
+    def commit(self, end: Offsets) -> None:
+        """Offsets live in Spark's checkpoint; nothing to commit to Kafka."""
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # ------------------------------------------------------------------ executor side
+    def read(self, partition: KafkaRange) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        columns: tuple[list, ...] = ([], [], [], [], [], [])
+        for record in read_range(self.conf, partition.topic, partition.partition, partition.start, partition.end):
+            for col, value in zip(columns, record):
+                col.append(value)
+            if len(columns[0]) >= ARROW_BATCH_ROWS:
+                yield pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, arrow_schema)], schema=arrow_schema)
+                columns = ([], [], [], [], [], [])
+        if columns[0]:
+            yield pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, arrow_schema)], schema=arrow_schema)
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def read_range(
+    conf: dict[str, Any], topic: str, partition: int, start: int, end: int, stall_timeout_s: float = STALL_TIMEOUT_S
+) -> Iterator[tuple[str, int, int, _dt.datetime | None, bytes | None, bytes | None]]:
+    """Yield the records of ``topic[partition]`` with ``start <= offset < end``, as
+    ``(topic, partition, offset, timestamp, key, value)``. Ends when the consumer position
+    reaches ``end`` (markers and aborted records take offsets but are not returned)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(conf)
+    try:
+        tp = TopicPartition(topic, partition, start)
+        consumer.assign([tp])
+        position = start
+        last_progress = time.monotonic()
+        while position < end:
+            # ask for no more than the range holds, so the call returns as soon as it is read
+            messages = consumer.consume(num_messages=max(1, min(5000, end - position)), timeout=0.5)
+            moved = False
+            for m in messages:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaSourceError(f"reading {topic}[{partition}] at {position}: {err.str()}")
+                off = m.offset()
+                if off >= end:
+                    position = end
+                    break
+                if off >= position:
+                    position = off + 1
+                    moved = True
+                ts_type, ts = m.timestamp()
+                yield (
+                    topic, partition, off,
+                    _EPOCH + _dt.timedelta(milliseconds=ts) if ts_type and ts >= 0 else None,
+                    m.key(), m.value(),
+                )
+            if position < end:
+                pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if pos > position:
+                    position, moved = pos, True
+            if moved:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise KafkaSourceError(
+                    f"no progress reading {topic}[{partition}] offsets [{start}, {end}) for "
+                    f"{stall_timeout_s:.0f}s (stuck at {position})"
+                )
+    finally:
+        consumer.close()
+
+
+class KafkaSource(DataSource):
+    """``spark.readStream.format("tidemark-kafka").option("topics", "a,b")
+    .option("bootstrap.servers", ...).option("maxRecordsPerTrigger", 10000).load()``"""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        return KafkaStreamReader(schema, dict(self.options))
+
+
+def register(spark) -> None:
+    spark.dataSource.register(KafkaSource)
+
+
+def read_stream(spark, topics: list[str] | str, bootstrap: str, max_records_per_trigger: int | None = None, **options: str):
+    """The streaming DataFrame of raw records of ``topics`` (registers the source)."""
+    register(spark)
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("topics", topics if isinstance(topics, str) else ",".join(topics))
+        .option("bootstrap.servers", bootstrap)
+    )
+    if max_records_per_trigger:
+        reader = reader.option("maxRecordsPerTrigger", str(max_records_per_trigger))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+# ---------------------------------------------------------------------------- decoding
+
+#: ``decode_stream`` output. A decoded change has ``kind``/``row``/``pos`` (``CHANGE_SCHEMA``
+#: of ``tidemark.spark.keyed``) and a null ``error_kind``; a bad record has ``error_kind`` and
+#: ``reason`` set and keeps its original coordinates and bytes for the dead-letter topic.
+DECODED_SCHEMA = (
+    "table string, kind string, row binary, pos array<bigint>, format string, topic string, "
+    "partition int, offset bigint, timestamp timestamp, key binary, value binary, "
+    "error_kind string, reason string"
+)
+
+
+class SourceTable:
+    """What the decode step needs to know about one source table (picklable)."""
+
+    def __init__(self, table, source_index: int, registry_url: str | None = None):
+        self.table = table
+        self.source_index = source_index
+        self.registry_url = registry_url
+        self.topic = table.options.get("topic", table.name)
+
+
+def _batch_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    return int(value) if value is not None else 0
+
+
+def decode_records(
+    records: list[dict[str, Any]], by_topic: dict[str, SourceTable], batch_id: int, decoders: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """Decode raw records (dicts of the source's columns) into ``DECODED_SCHEMA`` rows.
+    Spark-free, so the DLQ routing is testable without a session."""
+    from tidemark.formats import DecodeError, decoder_for
+    from tidemark.spark.keyed import encode_row
+
+    for r in records:
+        src = by_topic.get(r["topic"])
+        base = {"topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "timestamp": r["timestamp"],
+                "key": r["key"], "value": r["value"]}
+        if src is None:
+            yield {**base, "table": None, "format": None, "kind": None, "row": None, "pos": None,
+                   "error_kind": "bad_envelope", "reason": f"no source table reads topic '{r['topic']}'"}
+            continue
+        decoder = decoders.get(r["topic"])
+        if decoder is None:
+            decoder = decoders[r["topic"]] = decoder_for(src.table, src.registry_url)
+        pos = (batch_id, src.source_index, r["partition"], r["offset"])
+        meta = {"table": src.table.name, "format": decoder.spec.name}
+        try:
+            changes = decoder.decode(r["key"], r["value"], pos, r["topic"])
+        except DecodeError as err:
+            yield {**base, **meta, "kind": None, "row": None, "pos": None,
+                   "error_kind": err.kind, "reason": f"{src.table.name} @ {r['topic']}/{r['partition']}/{r['offset']}: {err.reason}"}
+            continue
+        for c in changes:
+            yield {**base, **meta, "kind": c.kind, "row": encode_row(c.row), "pos": list(c.pos),
+                   "error_kind": None, "reason": None}
+
+
+def decode_stream(raw, tables: list[SourceTable]):
+    """Decode the source's raw records (``read_stream``) of several tables into
+    ``DECODED_SCHEMA``: good changes and bad records side by side, so the job can route
+    the bad ones to the dead-letter topic instead of failing. ``pos`` is ``(batch id,
+    source index, partition, offset)``."""
+    by_topic = {t.topic: t for t in tables}
+
+    def run(batches):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import _parse_datatype_string
+
+        schema = to_arrow_schema(_parse_datatype_string(DECODED_SCHEMA), timezone="UTC")
+        names = schema.names
+        decoders: dict[str, Any] = {}
+        batch_id = _batch_id()
+        for batch in batches:
+            out = list(decode_records(batch.to_pylist(), by_topic, batch_id, decoders))
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([o[n] for o in out], type=schema.field(n).type) for n in names], schema=schema
+            )
+
+    return raw.mapInArrow(run, DECODED_SCHEMA)
+
+
+def good_changes(decoded, table_name: str):
+    """One table's decoded changes as ``CHANGE_SCHEMA`` (kind, row, pos)."""
+    from pyspark.sql import functions as F
+
+    return decoded.where((F.col("table") == table_name) & F.col("error_kind").isNull()).select("kind", "row", "pos")
+
+
+def bad_records(decoded):
+    from pyspark.sql import functions as F
+
+    return decoded.where(F.col("error_kind").isNotNull())
