@@ -30,6 +30,9 @@ class PaimonTable:
         catalog.create_database("db", True)
         name = f"db.t{next(_ids)}"
         opts = {"bucket": "1", "rowkind.field": ROWKIND, **options}
+        if opts.get("merge-engine") == "aggregation":
+            # the row-kind column is ours, not the case's: never aggregate it
+            opts[f"fields.{ROWKIND}.aggregate-function"] = "last_value"
         catalog.create_table(name, Schema.from_pyarrow_schema(self.schema, primary_keys=self.pk,
                                                              options=opts), False)
         self.table = catalog.get_table(name)

@@ -100,15 +100,22 @@ class Case:
     pad_keys: bool = False
 
 
+COMMUTATIVE = ("sum", "product", "max", "min", "bool_and", "bool_or")
+
+
 def agg_case(func: str, arrow: pa.DataType, gen: Callable, extra: dict | None = None,
              seq_field: bool = False, **kw) -> Case:
     options = {"merge-engine": "aggregation", "fields.v.aggregate-function": func, **(extra or {})}
     columns = [("v", arrow, gen), ("w", INT, small_int)]
     if seq_field:
         options["sequence.field"] = "s"
-        ordered = func not in ("sum", "product", "max", "min", "bool_and", "bool_or")
-        columns.append(("s", INT, rising_seq if ordered else seq))
-        kw.setdefault("ordered_batches", ordered)
+        if func in COMMUTATIVE:
+            # every value column commutative: sequence values may go back across batches
+            options["fields.default-aggregate-function"] = func
+            columns = [("v", arrow, gen), ("w", arrow, gen), ("s", INT, seq)]
+        else:
+            columns.append(("s", INT, rising_seq))
+            kw.setdefault("ordered_batches", True)
     name = "aggregation-" + func + ("-" + "-".join(f"{k.split('.')[-1]}={v}" for k, v in (extra or {}).items())
                                     if extra else "") + ("-seq" if seq_field else "")
     return Case(name, options, columns, **kw)
@@ -135,6 +142,7 @@ CASES = [
     agg_case("product", INT, pos_int),
     agg_case("max", INT, small_int),
     agg_case("max", pa.string(), word, seq_field=True),
+    agg_case("bool_or", pa.bool_(), flag, seq_field=True),
     agg_case("min", INT, small_int),
     agg_case("last_value", pa.string(), word),
     agg_case("last_value", pa.string(), word, seq_field=True),
