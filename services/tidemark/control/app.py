@@ -119,13 +119,13 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     # -- pipelines --------------------------------------------------------------------------
 
     @app.post("/v1/pipelines", status_code=201, response_model=PipelineCreated, dependencies=v1,
-              responses=_errors(401, 409, 413, 422, 503), summary="Register a pipeline (not started)")
+              responses=_errors(400, 401, 409, 413, 422, 503), summary="Register a pipeline (not started)")
     def create_pipeline(body: PipelineCreate) -> dict:
         plan = planning.explain(body.sql)
         rec = controller.create(body.name, body.sql, body.options.model_dump())
         return {**_view(rec), "plan": plan}
 
-    @app.post("/v1/explain", dependencies=v1, responses=_errors(401, 413, 422, 503),
+    @app.post("/v1/explain", dependencies=v1, responses=_errors(400, 401, 413, 422, 503),
               summary="Plan SQL without registering it")
     def explain(body: ExplainRequest) -> dict:
         return planning.explain(body.sql)
