@@ -60,6 +60,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from tidemark.engine.changelog import Change, diff_to_changes
@@ -183,6 +184,8 @@ class SinkMaterializer:
         self.pk = tuple(pk)
         self.pk_names = tuple(pk_names)
         self.upsert_key = tuple(upsert_key) if upsert_key is not None else None
+        if self.upsert_key is not None and len(self.upsert_key) > 1:
+            self._uk_getter = itemgetter(*self.upsert_key)
         self.strategy = strategy
         self.ttl_ms = ttl_ms
         self.name = name
@@ -194,7 +197,9 @@ class SinkMaterializer:
         """What a retraction must match: the upsert key's values, or the whole row."""
         if self.upsert_key is None:
             return row
-        return tuple(row[i] for i in self.upsert_key)
+        if len(self.upsert_key) == 1:
+            return (row[self.upsert_key[0]],)
+        return self._uk_getter(row)
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
