@@ -1,0 +1,461 @@
+"""Host any ``KeyedStage`` as a keyed stateful operator of a Spark streaming query.
+
+Stages know nothing of Spark; this module is the only place that translates. Between
+stages, changes travel as rows of ``CHANGE_SCHEMA``: the kind, the row tuple pickled
+(rows carry Decimal, datetime, None: pickle keeps them exact where JSON would not, and it
+is the fastest codec Python has), and the source position as ``array<bigint>``. Before a
+keyed stage, each change also gets ``key`` (the stage's ``key_of`` in a canonical byte
+form Spark can group on) and ``input`` (which input of a 2-input stage it came from):
+``KEYED_SCHEMA``. A 2-input stage (a join) unions both inputs and groups by key, so one
+call sees both sides of a key.
+
+State is the stage's state value pickled into ONE binary state value per key. A batch
+makes a constant number of state operations per key (one read, at most one write or
+remove), never one per row: see ``docs/benchmarks.md`` "Spark state hosting" for why the
+default operator is ``applyInPandasWithState`` (its state travels with the group's data,
+so a state access is no JVM round trip) rather than ``transformWithState`` (kept here as
+``operator="transformWithState"`` for the benchmark and for comparison).
+
+Errors: a ``TidemarkError`` raised by a stage (e.g. ``ConflictError``) crosses the Python
+worker -> JVM -> driver boundary only as text. ``StageFailure`` wraps it with a marker
+holding the pickled error, and ``stage_error_from`` / ``await_stage_query`` turn the
+driver-side ``StreamingQueryException`` back into the original error (same class, same
+message, same exit status). Any other exception is reported as a ``StageCrash`` naming the
+stage and key.
+
+Metrics: ``ctx.metrics`` counters of every key and batch are summed into a Spark
+accumulator (``StageMetrics``) that the driver reads; only tasks that succeed count.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import pickle
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from tidemark.engine.changelog import Change
+from tidemark.engine.errors import TidemarkError
+from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+CHANGE_SCHEMA = "kind string, row binary, pos array<bigint>"
+KEYED_SCHEMA = "key binary, input int, kind string, row binary, pos array<bigint>"
+CHANGE_COLUMNS = ("kind", "row", "pos")
+KEYED_COLUMNS = ("key", "input", "kind", "row", "pos")
+STATE_SCHEMA = "state binary"
+#: Spark sets this local property on every task of a micro-batch.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+OPERATORS = ("applyInPandasWithState", "transformWithState")
+DEFAULT_OPERATOR = "applyInPandasWithState"
+
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+# ---------------------------------------------------------------------------- codecs
+
+def encode_row(row: tuple) -> bytes:
+    return pickle.dumps(row, _PICKLE_PROTOCOL)
+
+def decode_row(data: bytes) -> tuple:
+    return pickle.loads(data)
+
+def _canonical(value: Any) -> Any:
+    """Values Python considers equal map to one representation (1 == 1.0 == True ==
+    Decimal('1.00')), so Spark groups exactly the keys a dict host would merge."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        return value
+    if isinstance(value, Decimal):
+        if value.is_finite() and value == value.to_integral_value():
+            return int(value)
+        return float(value) if value == float(value) else value.normalize()
+    if isinstance(value, tuple | list):
+        return tuple(_canonical(v) for v in value)
+    return value
+
+def encode_key(key: tuple) -> bytes:
+    """Canonical bytes for a key: equal keys give equal bytes. ``pickle`` is not usable
+    here: it memoizes repeated objects, so ``('a', 'a')`` pickles differently depending
+    on whether both strings are the same object."""
+    return repr(_canonical(key)).encode()
+
+def encode_pos(pos: tuple) -> list[int]:
+    return [int(p) for p in pos]
+
+# ---------------------------------------------------------------------------- errors
+
+_MARKER = re.compile(r"\[tidemark-stage-error ([A-Za-z0-9+/=]+)\]")
+
+class StageCrash(TidemarkError):
+    """A stage raised something that is not a TidemarkError: a bug, reported with where."""
+
+    exit_status = 1
+
+class StageFailure(Exception):
+    """Raised inside the Python worker; its text carries the original error pickled so the
+    driver can rebuild it from a StreamingQueryException's message."""
+
+    def __init__(self, error: TidemarkError):
+        payload = pickle.dumps((type(error), str(error), dict(vars(error))), _PICKLE_PROTOCOL)
+        marker = base64.b64encode(payload).decode()
+        super().__init__(f"{type(error).__name__}: {error} [tidemark-stage-error {marker}]")
+
+def _rebuild(payload: str) -> TidemarkError | None:
+    try:
+        cls, message, attrs = pickle.loads(base64.b64decode(payload))
+    except Exception:  # a truncated or foreign marker: fall back to the raw message
+        return None
+    if not (isinstance(cls, type) and issubclass(cls, TidemarkError)):
+        return None
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(attrs)
+    return error
+
+def stage_error_from(exc: BaseException) -> TidemarkError | None:
+    """The stage error hidden in a Spark exception (StreamingQueryException,
+    PythonException, Py4JJavaError...), or None when the failure was not a stage's."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        texts = [str(current)]
+        for attr in ("desc", "_desc", "stackTrace", "_stackTrace"):
+            value = getattr(current, attr, None)
+            if isinstance(value, str):
+                texts.append(value)
+        for text in texts:
+            match = _MARKER.search(text)
+            if match:
+                rebuilt = _rebuild(match.group(1))
+                if rebuilt is not None:
+                    return rebuilt
+        todo.extend([current.__cause__, current.__context__])
+    return None
+
+def await_stage_query(query: StreamingQuery, timeout_s: float | None = None) -> bool:
+    """``query.awaitTermination`` that re-raises a stage's own error (with its message and
+    exit status) instead of Spark's wrapper. Returns what awaitTermination returns."""
+    try:
+        if timeout_s is None:
+            query.awaitTermination()
+            return True
+        return bool(query.awaitTermination(timeout_s))
+    except Exception as exc:
+        error = stage_error_from(exc)
+        if error is not None:
+            raise error from None
+        raise
+
+def process_all_available(query: StreamingQuery) -> None:
+    """``query.processAllAvailable`` with stage errors re-raised as themselves."""
+    try:
+        query.processAllAvailable()
+    except Exception as exc:
+        error = stage_error_from(exc)
+        if error is not None:
+            raise error from None
+        raise
+
+# ---------------------------------------------------------------------------- metrics
+
+class StageMetrics:
+    """Sums ``ctx.metrics`` of every key and batch of the stages that share it.
+
+    Backed by a Spark accumulator: workers add the counters of a task, the driver reads the
+    running total. Counters are prefixed with the stage name (``materializer.conflicts``)
+    so one instance can serve a whole job. Counts are process-lifetime: a restarted job
+    starts from zero (as Prometheus counters do), and a replayed batch counts again.
+    """
+
+    def __init__(self, spark: SparkSession):
+        from pyspark.accumulators import AccumulatorParam
+
+        class _CounterParam(AccumulatorParam):
+            def zero(self, value: Counter) -> Counter:
+                return Counter()
+
+            def addInPlace(self, value1: Counter, value2: Counter) -> Counter:
+                value1.update(value2)
+                return value1
+
+        self._acc = spark.sparkContext.accumulator(Counter(), _CounterParam())
+
+    @property
+    def accumulator(self) -> Any:
+        return self._acc
+
+    def value(self) -> Counter:
+        return Counter(self._acc.value)
+
+# ---------------------------------------------------------------------------- operator core
+
+def _batch_id() -> int:
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    value = tc.getLocalProperty(BATCH_ID_PROPERTY) if tc is not None else None
+    return int(value) if value is not None else -1
+
+class _KeyRunner:
+    """One stage call for one key: decode the key's changes, read state once, call
+    ``process_key``, write state at most once, encode what it emits. Shared by both Spark
+    operators so they differ only in how state and rows reach Python."""
+
+    def __init__(
+        self,
+        stage: KeyedStage,
+        accumulator: Any | None,
+        downstream: tuple[KeyedStage, int] | None,
+    ):
+        self.stage = stage
+        self.accumulator = accumulator
+        self.downstream = downstream
+
+    def run(
+        self,
+        changes: Iterable[tuple[int, str, bytes, Any]],
+        state_bytes: bytes | None,
+        now_ms: int,
+    ) -> tuple[bytes | None, list[tuple]]:
+        """``changes`` yields (input, kind, row bytes, pos); returns (new state bytes or
+        None to remove, output rows in CHANGE or KEYED column order)."""
+        stage = self.stage
+        inputs: list[list[Change]] = [[] for _ in range(stage.n_inputs)]
+        for inp, kind, row, pos in changes:
+            inputs[inp].append(Change(kind, pickle.loads(row), tuple(int(p) for p in pos)))
+        first_input = next(i for i, lst in enumerate(inputs) if lst)
+        key = stage.key_of(inputs[first_input][0], first_input)
+        state = pickle.loads(state_bytes) if state_bytes is not None else None
+        ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
+        try:
+            new_state, emitted = stage.process_key(key, inputs, state, ctx)
+        except TidemarkError as err:
+            raise StageFailure(err) from None
+        except Exception as err:
+            raise StageFailure(
+                StageCrash(
+                    f"stage '{stage.name}' failed on key {key!r}: {type(err).__name__}: {err}"
+                )
+            ) from err
+        if ctx.metrics and self.accumulator is not None:
+            self.accumulator.add(Counter({f"{stage.name}.{k}": v for k, v in ctx.metrics.items()}))
+        new_bytes = None if new_state is None else pickle.dumps(new_state, _PICKLE_PROTOCOL)
+        return new_bytes, self._encode(emitted)
+
+    def _encode(self, emitted: list[Change]) -> list[tuple]:
+        if self.downstream is None:
+            return [(c.kind, encode_row(c.row), encode_pos(c.pos)) for c in emitted]
+        nxt, inp = self.downstream
+        return [
+            (encode_key(nxt.key_of(c, inp)), inp, c.kind, encode_row(c.row), encode_pos(c.pos))
+            for c in emitted
+        ]
+
+def _output_schema(downstream: tuple[KeyedStage, int] | None) -> str:
+    return KEYED_SCHEMA if downstream is not None else CHANGE_SCHEMA
+
+def _output_columns(downstream: tuple[KeyedStage, int] | None) -> tuple[str, ...]:
+    return KEYED_COLUMNS if downstream is not None else CHANGE_COLUMNS
+
+def _pandas_state_fn(runner: _KeyRunner, columns: tuple[str, ...]):
+    """The applyInPandasWithState function: state arrives with the group (no round trip)."""
+
+    def fn(_key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        import pandas as pd
+
+        def changes():
+            for pdf in pdfs:
+                yield from zip(
+                    pdf["input"].tolist(), pdf["kind"].tolist(), pdf["row"].tolist(),
+                    pdf["pos"].tolist(),
+                )
+
+        old = state.get[0] if state.exists else None
+        new, out = runner.run(changes(), old, state.getCurrentProcessingTimeMs())
+        if new is None:
+            if old is not None:
+                state.remove()
+        elif new != old:
+            state.update((new,))
+        if out:
+            yield pd.DataFrame.from_records(out, columns=list(columns))
+
+    return fn
+
+def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...]):
+    """A row-based transformWithState processor: one value state, read once and written
+    at most once per key per batch (each is a JVM round trip)."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class StageProcessor(StatefulProcessor):
+        def init(self, handle):
+            self.state = handle.getValueState("stage", STATE_SCHEMA)
+
+        def handleInputRows(self, key, rows, timerValues):
+            got = self.state.get()
+            old = got[0] if got is not None else None
+            changes = ((r["input"], r["kind"], r["row"], r["pos"]) for r in rows)
+            now_ms = timerValues.getCurrentProcessingTimeInMs()
+            if now_ms < 0:  # timeMode "None" gives no batch time: fall back to the clock
+                now_ms = int(time.time() * 1000)
+            new, out = runner.run(changes, None if old is None else bytes(old), now_ms)
+            if new is None:
+                if old is not None:
+                    self.state.clear()
+            elif new != old:
+                self.state.update((new,))
+            for values in out:
+                yield Row(**dict(zip(columns, values)))
+
+        def close(self):
+            pass
+
+    return StageProcessor()
+
+# ---------------------------------------------------------------------------- public API
+
+def keyed_input(
+    changes: DataFrame,
+    stage: KeyedStage,
+    input_index: int = 0,
+    before: Sequence[StatelessStage] = (),
+) -> DataFrame:
+    """Give change rows (``CHANGE_SCHEMA``) the ``key`` and ``input`` columns ``stage``
+    groups on (-> ``KEYED_SCHEMA``), running the stateless stages ``before`` first in the
+    same Python pass (calc between two keyed stages costs no extra pass)."""
+    if not 0 <= input_index < stage.n_inputs:
+        raise ValueError(
+            f"stage '{stage.name}' has {stage.n_inputs} input(s); no input {input_index}"
+        )
+    import pyarrow as pa
+
+    out_schema = pa.schema(
+        [
+            ("key", pa.binary()),
+            ("input", pa.int32()),
+            ("kind", pa.string()),
+            ("row", pa.binary()),
+            ("pos", pa.list_(pa.int64())),
+        ]
+    )
+    pre = list(before)
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            kinds = batch.column("kind").to_pylist()
+            rows = batch.column("row").to_pylist()
+            poses = batch.column("pos").to_pylist()
+            cs = [
+                Change(k, pickle.loads(r), tuple(p) if p is not None else ())
+                for k, r, p in zip(kinds, rows, poses)
+            ]
+            for st in pre:
+                cs = st.process(cs)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([encode_key(stage.key_of(c, input_index)) for c in cs], pa.binary()),
+                    pa.array([input_index] * len(cs), pa.int32()),
+                    pa.array([c.kind for c in cs], pa.string()),
+                    pa.array([encode_row(c.row) for c in cs], pa.binary()),
+                    pa.array([encode_pos(c.pos) for c in cs], pa.list_(pa.int64())),
+                ],
+                schema=out_schema,
+            )
+
+    return changes.select(*CHANGE_COLUMNS).mapInArrow(fn, KEYED_SCHEMA)
+
+def run_keyed_stage(
+    inputs: Sequence[DataFrame],
+    stage: KeyedStage,
+    metrics: StageMetrics | None = None,
+    downstream: tuple[KeyedStage, int] | None = None,
+    operator: str = DEFAULT_OPERATOR,
+) -> DataFrame:
+    """Apply ``stage`` to streaming inputs in ``KEYED_SCHEMA`` (one DataFrame per stage
+    input, from ``keyed_input`` or a previous stage's ``downstream`` output) and return
+    the changes it emits per batch, Append mode.
+
+    Output is ``CHANGE_SCHEMA``; with ``downstream=(next_stage, input_index)`` it is
+    ``KEYED_SCHEMA`` already keyed for ``next_stage`` (saves a Python pass).
+    """
+    if len(inputs) != stage.n_inputs:
+        raise ValueError(
+            f"stage '{stage.name}' takes {stage.n_inputs} input(s), got {len(inputs)}"
+        )
+    if operator not in OPERATORS:
+        raise ValueError(f"unknown operator {operator!r}; choose one of {', '.join(OPERATORS)}")
+    df = inputs[0].select(*KEYED_COLUMNS)
+    for other in inputs[1:]:
+        df = df.unionByName(other.select(*KEYED_COLUMNS))
+    runner = _KeyRunner(stage, metrics.accumulator if metrics else None, downstream)
+    columns = _output_columns(downstream)
+    grouped = df.groupBy("key")
+    if operator == "applyInPandasWithState":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        return grouped.applyInPandasWithState(
+            _pandas_state_fn(runner, columns),
+            outputStructType=_output_schema(downstream),
+            stateStructType=STATE_SCHEMA,
+            outputMode="append",
+            timeoutConf=GroupStateTimeout.NoTimeout,
+        )
+    return grouped.transformWithState(
+        _tws_processor(runner, columns),
+        outputStructType=_output_schema(downstream),
+        outputMode="Append",
+        # "ProcessingTime" would give the batch time, but it makes Spark run a no-data batch
+        # every trigger forever (for timers), so a query is never idle.
+        timeMode="None",
+    )
+
+def changes_from_rows(rows: Iterable[Any]) -> list[Change]:
+    """Decode collected ``CHANGE_SCHEMA`` rows (pyspark Rows or tuples) into Changes."""
+    out = []
+    for r in rows:
+        kind, row, pos = r["kind"], r["row"], r["pos"]
+        out.append(Change(kind, decode_row(bytes(row)), tuple(pos or ())))
+    return out
+
+def changes_to_records(changes: Iterable[Change]) -> list[tuple[str, bytes, list[int]]]:
+    """Encode Changes as ``CHANGE_SCHEMA`` tuples (for createDataFrame or test files)."""
+    return [(c.kind, encode_row(c.row), encode_pos(c.pos)) for c in changes]
+
+# ---------------------------------------------------------------------------- state size
+
+def state_operators(progress: dict | None) -> list[dict]:
+    """The ``stateOperators`` entries of a ``query.lastProgress`` (plan order: the
+    operator nearest the sink first), each with ``operatorName``, ``numRowsTotal``,
+    ``numRowsUpdated``, ``numRowsRemoved`` and ``customMetrics``."""
+    if not progress:
+        return []
+    return list(progress.get("stateOperators") or [])
+
+def state_rows_total(query: StreamingQuery, operator_index: int | None = None) -> int:
+    """Rows in the state store after the last batch: of one stateful operator (index in
+    ``state_operators`` order) or summed over all. One row is one key's state value."""
+    ops = state_operators(query.lastProgress)
+    if operator_index is not None:
+        if not 0 <= operator_index < len(ops):
+            raise IndexError(
+                f"query has {len(ops)} stateful operator(s); no operator {operator_index}"
+            )
+        return int(ops[operator_index]["numRowsTotal"])
+    return sum(int(op["numRowsTotal"]) for op in ops)

@@ -1,0 +1,122 @@
+"""Build the one SparkSession a Tidemark job (or test run) uses.
+
+Everything here exists because a default would bite: stateful stages need the RocksDB
+state store (transformWithState refuses the HDFS-backed one, and RocksDB keeps large keyed
+state off the JVM heap); the default 200 shuffle partitions make every micro-batch of a
+small pipeline spawn 200 tasks, one state store each; Python workers started with a
+different interpreter than the driver miss the project's packages; and without Java 17+
+Spark dies with a JVM stack trace nobody can act on, so we check first and say so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+from tidemark.engine.errors import TidemarkError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+MIN_JAVA = 17
+
+
+class JavaMissingError(TidemarkError):
+    """No usable Java runtime: Spark cannot start."""
+
+    exit_status = 4
+
+
+def _java_binary() -> str | None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = os.path.join(java_home, "bin", "java")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("java")
+
+
+def parse_java_major(version_output: str) -> int | None:
+    """The major version from ``java -version`` output (``"1.8.0_392"`` -> 8,
+    ``"17.0.15"`` -> 17), or None when the text has no version string."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if not match:
+        return None
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # pre-9 scheme: 1.8 means 8
+        major = int(match.group(2))
+    return major
+
+
+def check_java(min_major: int = MIN_JAVA) -> int:
+    """Return the Java major version, or raise JavaMissingError saying what to install."""
+    hint = (
+        f"Spark needs Java {min_major} or newer: install a JDK/JRE {min_major}+ "
+        f"(e.g. `apt-get install openjdk-{min_major}-jre-headless`) and put `java` on PATH "
+        "or set JAVA_HOME"
+    )
+    java = _java_binary()
+    if java is None:
+        raise JavaMissingError(f"no `java` found on PATH or in JAVA_HOME. {hint}")
+    try:
+        proc = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise JavaMissingError(f"`{java} -version` failed ({err}). {hint}") from None
+    major = parse_java_major(proc.stderr + proc.stdout)
+    if major is None:
+        raise JavaMissingError(f"could not read a version from `{java} -version`. {hint}")
+    if major < min_major:
+        raise JavaMissingError(f"`{java}` is Java {major}. {hint}")
+    return major
+
+
+def build_session(
+    app_name: str = "tidemark",
+    master: str | None = None,
+    shuffle_partitions: int = 2,
+    extra_conf: dict[str, str] | None = None,
+    log_level: str = "ERROR",
+) -> SparkSession:
+    """Create (or return the running) SparkSession configured for Tidemark.
+
+    ``master`` defaults to ``$TIDEMARK_SPARK_MASTER`` or ``local[*]``. ``shuffle_partitions``
+    is also the number of state store partitions of every stateful stage; it is fixed by
+    the first run of a checkpoint (Spark reuses the checkpoint's value on restart).
+    """
+    check_java()
+    # Workers must run the same interpreter (and so see the same packages) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession
+
+    conf = {
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.default.parallelism": str(shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Python errors reach the driver with the user's frames only, so a stage error
+        # message is not buried under pyspark internals.
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        # A laptop-sized default: pipelines are many small batches, not one big one.
+        "spark.sql.adaptive.enabled": "false",
+    }
+    conf.update(extra_conf or {})
+    builder = SparkSession.builder.appName(app_name).master(
+        master or os.environ.get("TIDEMARK_SPARK_MASTER") or "local[*]"
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
