@@ -1,0 +1,104 @@
+"""The confluent-kafka streaming source on a real Spark session and the session broker:
+rate-limited batches, exact re-read of the uncommitted batch after a restart, and
+read_committed planning."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.errors import StreamingQueryException
+
+from tidemark.spark.source import plan_limit, read_stream
+
+pytestmark = pytest.mark.integration
+
+
+def produce(bootstrap: str, topic: str, n: int, partitions: int, start: int = 0) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i in range(start, start + n):
+        p.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % partitions)
+    p.flush()
+
+
+def run(spark, df, checkpoint: str, on_batch) -> None:
+    """Run the query until everything available now is read (or a batch raises)."""
+    query = df.writeStream.foreachBatch(on_batch).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    query.awaitTermination()
+
+
+def test_plan_limit_shares_the_budget_by_backlog_and_always_progresses():
+    start = {"t": {"0": 0, "1": 10, "2": 5}}
+    end = {"t": {"0": 100, "1": 20, "2": 5}}
+    limited = plan_limit(start, end, 11)
+    spans = {p: limited["t"][p] - start["t"][p] for p in limited["t"]}
+    assert sum(spans.values()) == 11 and spans["2"] == 0 and spans["0"] > spans["1"] >= 1
+    assert plan_limit(start, end, 1000) == end
+    assert sum(plan_limit(start, end, 1)["t"][p] - start["t"][p] for p in end["t"]) == 1
+
+
+def test_rate_limited_batches_and_a_restart_rereads_exactly_the_uncommitted_batch(
+    spark, kafka_bootstrap, make_topic, checkpoint_dir
+):
+    topic = make_topic(partitions=3)
+    produce(kafka_bootstrap, topic, 90, 3)
+    seen: list[tuple[int, list[tuple[int, int, bytes]]]] = []
+
+    def crash_in_batch_1(df, batch_id):
+        rows = sorted((r.partition, r.offset, bytes(r.value)) for r in df.collect())
+        seen.append((batch_id, rows))
+        if batch_id == 1:
+            raise RuntimeError("driver dies before batch 1 is committed")
+
+    df = read_stream(spark, topic, kafka_bootstrap, max_records_per_trigger=30)
+    with pytest.raises(StreamingQueryException, match="driver dies"):
+        run(spark, df, checkpoint_dir, crash_in_batch_1)
+    assert [b for b, _ in seen] == [0, 1]
+    failed_batch = seen[1][1]
+
+    resumed: list[tuple[int, list[tuple[int, int, bytes]]]] = []
+    run(spark, read_stream(spark, topic, kafka_bootstrap, max_records_per_trigger=30), checkpoint_dir,
+        lambda df, b: resumed.append((b, sorted((r.partition, r.offset, bytes(r.value)) for r in df.collect()))))
+
+    assert resumed[0] == (1, failed_batch)  # the uncommitted batch, record for record
+    committed = seen[0][1] + [r for _, rows in resumed for r in rows]
+    assert sorted(v for _, _, v in committed) == sorted(f"v{i}".encode() for i in range(90))
+    assert len(committed) == 90  # nothing read twice across committed batches
+    assert all(0 < len(rows) <= 30 for _, rows in seen + resumed)
+    assert [b for b, _ in resumed] == [1, 2]
+
+
+def test_only_committed_transactions_are_planned(spark, kafka_bootstrap, make_topic, checkpoint_dir):
+    topic = make_topic(partitions=1)
+    committed = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-a"})
+    committed.init_transactions(30)
+    committed.begin_transaction()
+    for i in range(5):
+        committed.produce(topic, value=b"c%d" % i)
+    committed.commit_transaction(30)
+    pending = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-b"})
+    pending.init_transactions(30)
+    pending.begin_transaction()
+    for i in range(3):
+        pending.produce(topic, value=b"open%d" % i)
+    pending.flush(30)
+
+    values: list[bytes] = []
+    rows_of = lambda df, b: values.extend(bytes(r.value) for r in df.collect())  # noqa: E731
+    run(spark, read_stream(spark, topic, kafka_bootstrap), checkpoint_dir, rows_of)
+    assert values == [b"c0", b"c1", b"c2", b"c3", b"c4"]
+
+    pending.commit_transaction(30)
+    run(spark, read_stream(spark, topic, kafka_bootstrap), checkpoint_dir, rows_of)
+    assert values[5:] == [b"open0", b"open1", b"open2"]
+
+
+def test_source_columns_carry_coordinates_and_raw_bytes(spark, kafka_bootstrap, make_topic, checkpoint_dir):
+    topic = make_topic(partitions=2)
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(topic, key=None, value=b"\xff\x00raw", partition=1, timestamp=1_700_000_000_123)
+    p.flush()
+    got = []
+    run(spark, read_stream(spark, topic, kafka_bootstrap), checkpoint_dir, lambda df, b: got.extend(df.collect()))
+    (row,) = got
+    assert (row.topic, row.partition, row.offset, row.key, bytes(row.value)) == (topic, 1, 0, None, b"\xff\x00raw")
+    assert int(row.timestamp.timestamp() * 1000) == 1_700_000_000_123
