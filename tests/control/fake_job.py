@@ -4,6 +4,7 @@ Behaviour comes from the pipeline name (the SQL file's stem), so one service can
 pipelines that behave differently:
   fail*   -> one batch, then an error on stderr and exit status 3
   finish* -> two batches, "idle", exit 0 (like --until-idle)
+  slow*   -> like other, but takes 3 s to stop after SIGTERM
   other   -> a batch every 0.1 s until SIGTERM
 It records its argv in ``argv.json`` next to the SQL file so tests can check the command line,
 and, when ``FAKE_JOB_LOG`` is set, appends when it started and ended there (one JSON line each)
@@ -46,6 +47,8 @@ def run(argv: list[str]) -> int:
     def on_term(_sig, _frm):
         nonlocal stopping
         stopping = True
+        if name.startswith("slow"):
+            time.sleep(3)
 
     signal.signal(signal.SIGTERM, on_term)
 

@@ -129,3 +129,17 @@ def test_metrics_carry_per_pipeline_series(service):
     assert not [s for s in samples["tidemark_pipeline_rows_in_total"] if s.labels["pipeline"] == "m-two"]
     assert any(s.labels.get("route") == "/v1/pipelines/{name}/status"
                for s in samples["tidemark_control_http_request_duration_seconds_count"])
+
+
+def test_a_slow_stop_does_not_hold_up_other_pipelines_leases(make_service):
+    svc = make_service(lease_ttl_s=1.5)  # renewals every 0.5 s; the slow job takes 3 s to stop
+    for name in ("slow-stop", "steady"):
+        register(svc, name)
+        svc.client.post(f"/v1/pipelines/{name}/start")
+    pid = wait_for(lambda: (s := svc.status("steady"))["state"] == "running" and s["pid"], what="steady runs")
+    wait_for(lambda: svc.status("slow-stop")["state"] == "running", what="slow-stop runs")
+    svc.client.post("/v1/pipelines/slow-stop/stop")
+    wait_for(lambda: svc.status("slow-stop")["state"] == "stopped", what="slow-stop stopped")
+    st = svc.status("steady")
+    assert st["state"] == "running" and st["pid"] == pid  # never fenced while the other one stopped
+    assert not any(s.fenced for s in svc.controller.supervisors.values())

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
-from tidemark.control.registry_log import LEASE_PREFIX, LeaseRecord, PipelineRecord, RegistryState
+from tidemark.control.registry_log import LEASE_PREFIX, LeaseRecord, PipelineRecord
 from tidemark.control.settings import ControlSettings
 from tidemark.control.status_channel import JobProgress
 from tidemark.control.supervisor import JobSpec, JobSupervisor
@@ -97,11 +97,14 @@ class Controller:
         """Stop every local job and hand their leases back, so another service (or this one,
         restarted) takes over at once instead of after the lease expires."""
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(30)
         with self._mutex:
-            names = list(self.supervisors)
-        for name in names:
-            self._stop_local(name, release=True)
+            sups = dict(self.supervisors)
+            for sup in sups.values():
+                sup.stop(wait=False)  # all jobs stop in parallel
+            for name, sup in sups.items():
+                sup.stop(wait=True)
+                self._release_if_held(name)
         self.registry.close()
         self._lock_file.close()
 
@@ -130,23 +133,36 @@ class Controller:
             self._reconcile()
 
     def _reconcile(self) -> None:
+        """One pass. It never waits for a job to stop (that can take the job's whole stop
+        timeout, longer than a lease renewal period): it asks, and looks again next pass."""
         now = time.time()
         pipelines, holders = self.registry.read(
             lambda s: (dict(s.pipelines), {n: s.lease_holder(n, now) for n in s.pipelines}))
-        for name in list(self.supervisors):
-            if name not in pipelines or pipelines[name].uid != self._uid_of(name):
-                self._stop_local(name, release=True, cleanup=True)
+        for name, sup in list(self.supervisors.items()):
+            rec = pipelines.get(name)
+            if rec is None or rec.uid != self._uid_of(name):  # deleted (or deleted and re-created)
+                sup.stop(wait=False)
+                if sup.alive:
+                    self._renew_if_due(name, holders.get(name), now)
+                else:
+                    self._forget(name)
         for name, rec in pipelines.items():
+            if name in self.supervisors and self._uid_of(name) != rec.uid:
+                continue  # the previous incarnation's job is still stopping
             holder = holders.get(name)
             sup = self.supervisors.get(name)
+            if sup is not None and sup.alive and (sup.stopping or rec.desired != "running"):
+                # keep the lease until the job is really gone, so nobody else starts it meanwhile
+                sup.stop(wait=False)
+                self._renew_if_due(name, holder, now)
+                continue
             if rec.desired != "running":
-                if sup is not None and sup.alive:
-                    self._stop_local(name, release=True)
-                elif holder == self.service_id:
+                if holder == self.service_id:
                     self._lease_write(name, "release")
                 continue
-            # a job that died (failed or finished) stays down until the next start request
-            wants_job = sup is None or (not sup.alive and rec.version > self._started_version.get(name, 0))
+            # a job that died (failed or finished) stays down until the next start request;
+            # one stopped by fencing comes back when the lease does
+            wants_job = sup is None or (not sup.alive and (sup.fenced or rec.version > self._started_version[name]))
             if holder is None:
                 if wants_job and self._lease_write(name, "claim"):
                     self._start_local(rec)
@@ -160,18 +176,22 @@ class Controller:
                     self._start_local(rec)
             elif sup is not None and sup.alive:
                 self._fence(name, f"lease now held by {holder}")
-        # self-fencing: never run past the last lease expiry this service confirmed
+        # self-fencing (the supervisor enforces it too): never run past the confirmed expiry
         for name, sup in list(self.supervisors.items()):
-            if sup.alive and time.time() >= self._confirmed_until.get(name, 0.0):
+            if sup.alive and not sup.stopping and time.time() >= self._confirmed_until.get(name, 0.0):
                 self._fence(name, "lease not confirmed in time")
 
+    def _renew_if_due(self, name: str, holder: str | None, now: float) -> None:
+        if holder == self.service_id and now - self._renewed_at.get(name, 0.0) >= self.settings.lease_ttl_s / 3:
+            self._lease_write(name, "renew")
+
     def _fence(self, name: str, why: str) -> None:
-        """Stop the local job without releasing (the lease is not ours any more, or soon
-        will not be) and forget the supervisor, so the job starts again if the lease
-        comes back to this service."""
+        """Stop the local job without releasing: the lease is not ours any more (or soon
+        will not be). ``fenced`` lets the job start again if the lease comes back here."""
         log.warning("pipeline %s: %s; stopping the local job", name, why)
-        self._stop_local(name, release=False)
-        self.supervisors.pop(name, None)
+        sup = self.supervisors[name]
+        sup.fenced = True
+        sup.stop(wait=False)
 
     def _uid_of(self, name: str) -> str:
         return self.supervisors[name].spec.env.get("TIDEMARK_PIPELINE_UID", "")
@@ -219,30 +239,23 @@ class Controller:
             sup.start()
             log.info("pipeline %s: started locally (owner %s)", rec.name, self.service_id)
 
-    def _stop_local(self, name: str, *, release: bool, cleanup: bool = False) -> None:
-        with self._mutex:
-            sup = self.supervisors.get(name)
-        if sup is not None:
-            sup.stop()
-        if release:
-            try:
-                holder = self.registry.read(lambda s: s.lease_holder(name, time.time()))
-                if holder == self.service_id:
-                    self._lease_write(name, "release")
-            except RegistryUnavailable as exc:
-                log.warning("pipeline %s: could not release its lease: %s", name, exc)
-        if cleanup:
-            with self._mutex:
-                self.supervisors.pop(name, None)
-                self._progress.pop(name, None)
-                self._started_version.pop(name, None)
-            if sup is not None:
-                shutil.rmtree(sup.spec.workdir, ignore_errors=True)
-            try:
-                self.registry.write(LEASE_PREFIX + name, None)
-            except RegistryUnavailable:
-                pass
+    def _release_if_held(self, name: str) -> None:
+        try:
+            if self.registry.read(lambda s: s.lease_holder(name, time.time())) == self.service_id:
+                self._lease_write(name, "release")
+        except RegistryUnavailable as exc:
+            log.warning("pipeline %s: could not release its lease: %s", name, exc)
+
+    def _forget(self, name: str) -> None:
+        """A deleted pipeline whose job has exited: drop its lease record and its files."""
+        sup = self.supervisors.pop(name)
+        self._progress.pop(name, None)
+        self._started_version.pop(name, None)
         self._confirmed_until.pop(name, None)
+        self._renewed_at.pop(name, None)
+        shutil.rmtree(sup.spec.workdir, ignore_errors=True)
+        if self.registry.read(lambda s: name not in s.pipelines):
+            self.registry.write(LEASE_PREFIX + name, None)
 
     def _on_finished(self, name: str) -> None:
         """The job ended by itself with status 0: record desired ``stopped`` in the registry."""
@@ -291,12 +304,17 @@ class Controller:
         self.registry.write(name, cur.to_value() if cur else None)
 
     def delete(self, name: str) -> None:
-        """Tombstone the pipeline, then reconcile at once so a local job is stopped (and its
-        lease and files removed) before the response; a job on another service stops when
-        that service reads the tombstone."""
+        """Tombstone the pipeline, then reconcile until a local job has stopped (and its lease
+        and files are gone) before answering; a job on another service stops when that
+        service reads the tombstone."""
         self.get(name)
         self.registry.write(name, None)
-        self.reconcile_once()
+        deadline = time.monotonic() + self.settings.job_stop_timeout_s + 10
+        while True:
+            self.reconcile_once()
+            if name not in self.supervisors or time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
 
     def get(self, name: str) -> PipelineRecord:
         rec = self.registry.read(lambda s: s.pipelines.get(name))
@@ -329,6 +347,3 @@ class Controller:
             view["error"] = None
         return {"name": name, "desired": rec.desired, "owner": owner, **view}
 
-
-def registry_state_for_tests(controller: Controller) -> RegistryState:
-    return controller.registry.state

@@ -89,6 +89,10 @@ class JobSupervisor:
             self._thread.join(self.spec.stop_timeout_s + 10)
 
     @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 
