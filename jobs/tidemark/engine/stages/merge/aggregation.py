@@ -30,6 +30,13 @@ class AggregationMerge:
         row: list = [None] * self.width
         touched: set[int] = set()
         deleted: tuple | None = None
+        if items[0].is_state and items[0].kind in ADDS:
+            # Fast path: the merged row comes first. Absorbing it into an empty row gives
+            # the row itself for every function (each one's agg(None, v) is v for the
+            # values a merged row can hold), so copy it instead of folding it.
+            row = list(items[0].row)
+            touched = {i for i, _ in self.fields}
+            items = items[1:]
         for item in items:
             values = item.row
             if item.kind == DELETE and self.remove_on_delete:

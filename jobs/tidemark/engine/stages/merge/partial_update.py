@@ -56,6 +56,17 @@ class PartialUpdateMerge:
         touched: set[int] = set()
         deleted: tuple | None = None
         met_insert = False
+        if items[0].is_state and items[0].kind in ADDS:
+            # Fast path: the merged row comes first; applying it to an empty row gives the
+            # row itself (group members are only ever set along with their sequence), so
+            # copy it. Functions count as started only in groups that have a sequence.
+            row = list(items[0].row)
+            touched = {i for i, _ in self.free}
+            for group, members in zip(self.groups, self.members):
+                if any(row[s] is not None for s in group.seq_fields):
+                    touched.update(i for i, _ in members)
+            met_insert = True
+            items = items[1:]
         for item in items:
             if item.kind in ADDS:
                 deleted = None
