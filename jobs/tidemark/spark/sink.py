@@ -161,6 +161,7 @@ class ChangelogSink:
 
         self.writer.start()
         if batch_id <= self.writer.last_committed:  # replay of a committed batch: no Spark job
+            self.metrics["batches_skipped"] += 1
             return WriteResult(batch_id, 0, True)
         encoded = df.select("kind", "row", "pos").rdd.mapPartitions(encode).collect()
         # source-position order, retractions before adds at one position (-U before +U)
@@ -216,6 +217,7 @@ class DeadLetterSink:
         """``bad``: the rows of ``decode_stream`` whose ``error_kind`` is set."""
         self.writer.start()
         if batch_id <= self.writer.last_committed:
+            self.metrics["dlq_batches_skipped"] += 1
             return WriteResult(batch_id, 0, True)
         return self.write_letters(self.letters(bad.select(*DEAD_LETTER_COLUMNS).collect(), batch_id), batch_id)
 

@@ -418,14 +418,16 @@ def decode_stream(raw, tables: list[SourceTable]):
     ``DECODED_SCHEMA``: good changes and bad records side by side, so the job can route
     the bad ones to the dead-letter topic instead of failing. ``pos`` is ``(batch id,
     source index, partition, offset)``."""
+    from pyspark.sql.types import _parse_datatype_string
+
     by_topic = {t.topic: t for t in tables}
+    struct = _parse_datatype_string(DECODED_SCHEMA)  # parsing needs the driver's JVM
 
     def run(batches):
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
-        from pyspark.sql.types import _parse_datatype_string
 
-        schema = to_arrow_schema(_parse_datatype_string(DECODED_SCHEMA), timezone="UTC")
+        schema = to_arrow_schema(struct, timezone="UTC")
         names = schema.names
         decoders: dict[str, Any] = {}
         batch_id = _batch_id()
@@ -435,7 +437,7 @@ def decode_stream(raw, tables: list[SourceTable]):
                 [pa.array([o[n] for o in out], type=schema.field(n).type) for n in names], schema=schema
             )
 
-    return raw.mapInArrow(run, DECODED_SCHEMA)
+    return raw.mapInArrow(run, struct)
 
 
 def good_changes(decoded, table_name: str):
