@@ -78,11 +78,19 @@ class Pipeline:
                 if mat is not None
                 else None
             ),
-            "merge_engine": self.merge_engine.detail["merge_engine"] if self.merge_engine else None,
+            "merge_engine": self._explain_merge_engine(),
             "compaction_mode": self.compaction_mode,
             "options": dict(self.options),
             "stages": [self._explain_node(n) for n in self.nodes],
         }
+
+    def _explain_merge_engine(self) -> dict[str, Any] | None:
+        """The sink's merge engine as its stage describes itself (engine, changelog
+        producer, sequence fields, groups, functions), and why no ON CONFLICT is needed."""
+        node = self.merge_engine
+        if node is None:
+            return None
+        return {"stage": node.name, **node.detail}
 
     @staticmethod
     def _explain_node(n: Node) -> dict[str, Any]:
@@ -138,7 +146,11 @@ class Pipeline:
                 f"{format_key(mat.detail['primary_key'])}; because {mat.detail['reason']}"
             )
         elif self.merge_engine is not None:
-            lines.append(f"Merge engine: {self.merge_engine.detail['merge_engine']} (no materializer needed)")
+            me = self.merge_engine
+            lines.append(
+                f"Merge engine: [{me.id}] {me.detail['merge_engine']} keyed by sink primary key "
+                f"{format_key(list(self.sink.primary_key))}; {me.detail['conflict_policy']}"
+            )
         elif self.sink.primary_key:
             lines.append(
                 f"No materializer: the upsert key reaching the sink equals its primary key "
@@ -174,6 +186,28 @@ class Pipeline:
             out.append(f"primary key: {format_key(d['primary_key'])}   input upsert key: {format_key(d['upsert_key'])}")
             if d.get("ttl_ms"):
                 out.append(f"state ttl: {d['ttl_ms']} ms")
+        elif n.kind == "merge_engine":
+            producer = d["changelog_producer"]
+            if producer == "full-compaction":
+                producer += f" every {d['compaction_interval_ms']} ms"
+            if d.get("row_deduplicate"):
+                producer += ", row-deduplicate"
+            out.append(f"changelog producer: {producer}")
+            if d.get("sequence_field"):
+                out.append(f"sequence field: {', '.join(d['sequence_field'])} ({d['sequence_order']})")
+            for seq, members in (d.get("sequence_groups") or {}).items():
+                out.append(f"sequence group: {seq} -> {', '.join(members)}")
+            if d.get("aggregate_functions"):
+                out.append(
+                    "aggregate functions: "
+                    + ", ".join(f"{col}={fn}" for col, fn in d["aggregate_functions"].items())
+                )
+            if d.get("ignore_delete"):
+                out.append("ignore delete: -U/-D are dropped")
+            if d.get("remove_record_on_delete"):
+                out.append("remove record on delete")
+            if d.get("remove_record_on_sequence_group"):
+                out.append(f"remove record on sequence group: {', '.join(d['remove_record_on_sequence_group'])}")
         elif n.kind == "sink":
             out.append(f"format: {d.get('format')}   primary key: {format_key(d.get('primary_key') or None)}")
             if d.get("on_conflict_ignored"):

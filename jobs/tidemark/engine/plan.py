@@ -20,7 +20,10 @@ Equality, not containment: then a ``-U``/``+U`` pair always concerns one sink ro
 upsert sink may write ``+U`` and drop ``-U`` safely. Otherwise a SinkMaterializer is
 planned, and without ``ON CONFLICT`` planning fails (Flink 2.3's
 ``table.exec.sink.require-on-conflict``). A sink whose ``merge-engine`` is set and is not
-``deduplicate`` resolves conflicts itself and gets a merge-engine stage instead.
+``deduplicate``, or that sets any merge option (``sequence.field``, ``changelog-producer``...,
+also with ``deduplicate``), resolves conflicts itself and gets a merge-engine stage instead;
+an ON CONFLICT clause next to it is refused (two competing policies), and an option that
+looks like a merge option but is misspelled is refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ Key = frozenset  # frozenset[int]: one upsert key, as column positions
 
 ON_CONFLICT_CLAUSES = ("ON CONFLICT DO NOTHING", "ON CONFLICT DO ERROR", "ON CONFLICT DO DEDUPLICATE")
 COMPACTION_MODES = ("CHECKPOINT", "WATERMARK")
+CONFLICT_POLICY_NOTE = (
+    "the merge engine is the sink's conflict policy: rows with one primary key merge as the "
+    "engine says, so no ON CONFLICT clause and no materializer are needed"
+)
 
 
 @dataclass
@@ -829,28 +836,12 @@ class Planner:
                 f"sink '{sink.name}' has the append-only format '{sink.format}' but the query produces "
                 f"updates ({inp.changelog_mode} changelog); use an upsert-* or changelog-* format"
             )
-        if engine is not None and engine != "deduplicate":
-            if not sink.primary_key:
-                raise PlanError(f"sink '{sink.name}': merge-engine '{engine}' needs a PRIMARY KEY")
-            if ins.on_conflict is not None:
-                raise PlanError(
-                    f"sink '{sink.name}' resolves conflicts with merge-engine '{engine}'; "
-                    f"remove ON CONFLICT DO {ins.on_conflict}"
-                )
-            try:
-                from tidemark.engine.stages.merge_engine import build_merge_engine
-            except ImportError:
-                raise PlanError("merge engines not available") from None
-            stage = build_merge_engine(
-                sink.name, sink.column_names, sink.pk_indexes, dict(sink.options), inp.changelog_mode != "append"
-            )
-            node = self._add(
-                "merge_engine", getattr(stage, "name", f"merge_engine:{sink.name}"), [input_id],
-                sink.column_names, sink.types, upsert_keys=frozenset({pk}), changelog_mode="retract",
-                stage=stage, detail={"merge_engine": engine},
-            )  # fmt: skip
-            input_id = node.id
-            detail["merge_engine"] = engine
+        from tidemark.engine.stages.merge.options import routing_options
+
+        merge_keys = routing_options(sink.name, sink.options)
+        if (engine is not None and engine != "deduplicate") or merge_keys:
+            input_id = self._merge_engine(ins, sink, inp, engine or "deduplicate", merge_keys)
+            detail["merge_engine"] = engine or "deduplicate"
         elif sink.primary_key:
             if pk in inp.upsert_keys:
                 self.materializer_reason = None
@@ -905,6 +896,46 @@ class Planner:
             "sink", f"sink:{sink.name}", [input_id], sink.column_names, sink.types,
             upsert_keys=last.upsert_keys, changelog_mode=sink_mode, table=sink.name, detail=detail,
         )  # fmt: skip
+
+    def _merge_engine(
+        self, ins: InsertStatement, sink: TableDef, inp: Node, engine: str, merge_keys: list[str]
+    ) -> int:
+        """Host the sink with its merge engine. The engine is the conflict policy (Paimon's
+        model: how rows with one primary key merge is a property of the table), so it takes
+        the place of the materializer and an ON CONFLICT clause would be a second, competing
+        policy: refused, naming both. This holds for ``deduplicate`` too once a merge option
+        such as ``sequence.field`` is set: "the largest sequence wins" is a conflict policy."""
+        what = f"merge-engine '{engine}'" + (
+            f" (options {', '.join(repr(k) for k in merge_keys)})" if merge_keys else ""
+        )
+        if not sink.primary_key:
+            raise PlanError(f"sink '{sink.name}': {what} needs a PRIMARY KEY")
+        if ins.on_conflict is not None:
+            raise PlanError(
+                f"sink '{sink.name}' resolves conflicts with {what}; remove ON CONFLICT DO "
+                f"{ins.on_conflict}, or remove the merge options to resolve conflicts with "
+                "ON CONFLICT instead"
+            )
+        if sink.changelog_mode == "append" and engine != "first-row":
+            raise PlanError(
+                f"sink '{sink.name}' has the append-only format '{sink.format}' but {what} emits "
+                "updates; use an upsert-* or changelog-* format"
+            )
+        from tidemark.engine.stages.merge_engine import build_merge_engine
+
+        stage = build_merge_engine(
+            sink.name, sink.column_names, sink.pk_indexes, dict(sink.options),
+            inp.changelog_mode != "append", types=sink.types, name=f"merge_engine:{sink.name}",
+        )  # fmt: skip
+        detail: dict[str, Any] = dict(stage.describe())
+        detail["options"] = merge_keys
+        detail["conflict_policy"] = CONFLICT_POLICY_NOTE
+        node = self._add(
+            "merge_engine", stage.name, [inp.id], sink.column_names, sink.types,
+            upsert_keys=frozenset({Key(sink.pk_indexes)}), changelog_mode="retract",
+            stage=stage, detail=detail,
+        )  # fmt: skip
+        return node.id
 
     def plan(self) -> list[Node]:
         ins = self.script.insert

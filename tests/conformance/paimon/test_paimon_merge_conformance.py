@@ -29,6 +29,7 @@ import pytest
 from paimon_oracle import PaimonTable, normalize_table
 from tidemark.engine.changelog import ADDS, Change
 from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.merge.options import routing_options
 from tidemark.engine.stages.merge_engine import build_merge_engine
 
 pytestmark = pytest.mark.conformance
@@ -239,8 +240,9 @@ SQL_TYPES = {pa.int64(): "BIGINT", pa.string(): "STRING", pa.bool_(): "BOOLEAN"}
 def sql_for(case: Case) -> str | None:
     """The pipeline that writes the case's records into a sink with the case's options, or
     None when a column has no SQL type (ARRAY/MAP) or the planner would not use a merge
-    engine (``deduplicate`` sinks go through the upsert materializer)."""
-    if case.options.get("merge-engine", "deduplicate") == "deduplicate":
+    engine (a ``deduplicate`` sink without merge options goes through the upsert
+    materializer)."""
+    if case.options.get("merge-engine", "deduplicate") == "deduplicate" and not routing_options("dst", case.options):
         return None
     if any(arrow not in SQL_TYPES for _, arrow, _ in case.columns):
         return None

@@ -99,6 +99,10 @@ class MergeConfig:
     def describe(self) -> dict[str, Any]:
         """What EXPLAIN shows about the sink's merge engine."""
         out: dict[str, Any] = {"merge_engine": self.engine, "changelog_producer": self.producer}
+        if self.producer == "full-compaction":
+            out["compaction_interval_ms"] = self.compaction_interval_ms
+        if self.row_deduplicate:
+            out["row_deduplicate"] = True
         if self.sequence_fields:
             out["sequence_field"] = [self.columns[i] for i in self.sequence_fields]
             out["sequence_order"] = "ascending" if self.sequence_ascending else "descending"
@@ -111,6 +115,12 @@ class MergeConfig:
             out["aggregate_functions"] = {self.columns[i]: a.name for i, a in sorted(self.aggs.items())}
         if self.ignore_delete:
             out["ignore_delete"] = True
+        if self.remove_record_on_delete or self.aggregation_remove_record_on_delete:
+            out["remove_record_on_delete"] = True
+        if self.remove_record_on_sequence_group:
+            out["remove_record_on_sequence_group"] = [
+                self.columns[i] for i in sorted(self.remove_record_on_sequence_group)
+            ]
         return out
 
 
@@ -173,6 +183,52 @@ def parse(
     else:
         _parse_partial_update(cfg, opts, index, field_opts, type_names)
     return cfg
+
+
+# -- which sink options ask for the merge engine --------------------------------------------
+
+
+def _squash(key: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", key.lower())
+
+
+_SQUASHED_KEYS = {_squash(k): k for k in GENERAL_KEYS}
+_SQUASHED_PREFIXES = {_squash(p): p for p in MERGE_PREFIXES}
+
+
+def is_merge_option(key: str) -> bool:
+    """Whether ``key`` is spelled as a merge option (known, or under a merge prefix such as
+    ``fields.`` -- an unknown key there is a typo that ``parse`` reports)."""
+    return key in GENERAL_KEYS or key.startswith(MERGE_PREFIXES)
+
+
+def routing_options(table: str, options: Mapping[str, str]) -> list[str]:
+    """The sink options that configure merging, ``merge-engine`` itself aside: any of them
+    makes the planner host the sink with the merge engine stage, also for ``deduplicate``,
+    because an ignored ``sequence.field`` or ``changelog-producer`` is a silently wrong sink.
+
+    A key that looks like a merge option but is not spelled as one (``merge_engine``,
+    ``Sequence.Field``, ``changelog.producer``, ``fields_v_aggregate-function``) is a
+    PlanError naming it and the spelling meant: nothing else would read it, so it would be
+    ignored without a word."""
+    out = []
+    for key in options:
+        if is_merge_option(key):
+            if key != "merge-engine":
+                out.append(key)
+            continue
+        squashed = _squash(key)
+        meant = _SQUASHED_KEYS.get(squashed)
+        if meant is None:
+            meant = next((p + "<...>" for s, p in _SQUASHED_PREFIXES.items()
+                          if squashed.startswith(s) and len(squashed) > len(s)), None)
+        if meant is not None:
+            raise PlanError(
+                f"table '{table}': option '{key}' looks like the merge option '{meant}' but is "
+                "not spelled as one, so nothing would read it; use Paimon's spelling (see "
+                "docs/merge-engines.md, \"All options\")"
+            )
+    return out
 
 
 # -- sequence.field ----------------------------------------------------------------------
