@@ -246,3 +246,85 @@ def test_left_join_with_residual_pads_rows_that_fail_it():
     assert host.table() == {(1,): (1, 10, "seven"), (2,): (2, 5, None)}
     host.run_batch({"b": [Change("-D", (7, "seven"), (4,))]})
     assert host.table() == {(1,): (1, 10, None), (2,): (2, 5, None)}
+
+
+# --------------------------------------------------------------------- processing time
+
+FULL_COMPACTION = """
+CREATE TABLE src (k BIGINT, n BIGINT) WITH ('format' = 'json');
+CREATE TABLE tot (k BIGINT, n BIGINT, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'changelog-json',
+  'merge-engine' = 'aggregation', 'fields.n.aggregate-function' = 'sum',
+  'changelog-producer' = 'full-compaction', 'changelog-producer.compaction-interval' = '10 s');
+INSERT INTO tot SELECT k, n FROM src
+"""
+
+
+def test_full_compaction_barrier_reaches_keys_without_new_records():
+    host = ReplayHost(compile_sql(FULL_COMPACTION))
+    assert host.run_batch({"src": [Change("+I", (1, 5), (1,))]}, now_ms=1_000) == []
+    assert host.run_batch({"src": [Change("+I", (2, 3), (2,))]}, now_ms=5_000) == []
+    assert host.table() == {}  # nothing emitted before the barrier at 10 s
+    out = host.run_batch({"src": []}, now_ms=10_000)  # no records at all: the timers fire
+    assert sorted((c.kind, c.row) for c in out) == [("+I", (1, 5)), ("+I", (2, 3))]
+    assert host.table() == {(1,): (1, 5), (2,): (2, 3)}
+    assert host.run_batch({"src": [Change("+I", (1, 1), (3,)), Change("+I", (1, 2), (4,))]}, now_ms=12_000) == []
+    assert host.run_batch({"src": []}, now_ms=19_999) == []
+    out = host.run_batch({"src": []}, now_ms=20_000)
+    assert [(c.kind, c.row) for c in out] == [("-U", (1, 5)), ("+U", (1, 8))]  # changes in between merged
+    assert host.table() == {(1,): (1, 8), (2,): (2, 3)}
+    assert host.run_batch({"src": []}, now_ms=40_000) == []  # nothing pending: no timer left
+    assert host.timers[host.pipeline.merge_engine.id] == {}
+
+
+def test_only_due_keys_without_records_are_woken_once_per_batch():
+    pipeline = compile_sql(FULL_COMPACTION)
+    node = pipeline.merge_engine
+    inner = node.stage
+    calls: list = []
+
+    class Spy:
+        name, n_inputs = inner.name, inner.n_inputs
+
+        def key_of(self, change, i):
+            return inner.key_of(change, i)
+
+        def wakeup_ms(self, state):
+            return inner.wakeup_ms(state)
+
+        def process_key(self, key, inputs, state, ctx):
+            calls.append((ctx.now_ms, key, len(inputs[0])))
+            return inner.process_key(key, inputs, state, ctx)
+
+    node.stage = Spy()
+    host = ReplayHost(pipeline)
+    host.run_batch({"src": [Change("+I", (1, 5), (1,))]}, now_ms=1_000)
+    host.run_batch({"src": [Change("+I", (2, 5), (2,))]}, now_ms=12_000)  # key 1 due, key 2 not yet
+    host.run_batch({"src": [Change("+I", (1, 1), (3,))]}, now_ms=20_000)  # key 2 due; key 1 has a record
+    assert calls == [
+        (1_000, (1,), 1),
+        (12_000, (2,), 1), (12_000, (1,), 0),
+        (20_000, (1,), 1), (20_000, (2,), 0),
+    ]  # fmt: skip
+
+
+def test_now_ms_comes_from_the_clock_unless_given():
+    ticks = iter([1_000, 10_000])
+    host = ReplayHost(compile_sql(FULL_COMPACTION), clock=lambda: next(ticks))
+    host.run_batch({"src": [Change("+I", (1, 5), (1,))]})  # clock: 1 s
+    assert host.run_batch({"src": []}, now_ms=9_000) == []  # given: the clock is not read
+    assert [c.kind for c in host.run_batch({"src": []})] == ["+I"]  # clock: 10 s
+
+
+def test_default_clock_is_the_wall_clock():
+    import time
+
+    from tidemark.engine.replay import wall_clock_ms
+
+    host = ReplayHost(compile_sql(FULL_COMPACTION))
+    assert host.clock is wall_clock_ms
+    assert abs(wall_clock_ms() - time.time() * 1000) < 60_000
+
+
+def test_stages_without_timers_have_no_timer_index():
+    host = ReplayHost(compile_sql(SEED_JOIN + " ON CONFLICT DO DEDUPLICATE"))
+    assert host.timers == {}

@@ -12,18 +12,27 @@ per primary key per batch (DESIGN.md "Consolidating one key's rows in a batch"):
 first; an add sets the row, a retraction removes the row only if it is the row stored
 (a retraction of a row the table does not hold is counted as
 ``sink_retractions_without_row``, never applied to another row).
+
+Processing time: each batch runs at one ``now_ms`` (state TTL, and the timers of stages
+with ``wakeup_ms``, see ``tidemark.engine.stage``). ``run_batch(..., now_ms=...)`` sets it;
+without one the host's clock gives it -- the wall clock unless the host was built with
+another ``clock`` -- so ``tidemark replay`` runs in processing time like the Spark job.
+Tests pass ``now_ms`` to drive time exactly. After a keyed stage has processed the keys of
+a batch, keys without records whose ``wakeup_ms(state) <= now_ms`` are processed with no
+records (a ``full-compaction`` barrier reaching a key that saw no new records).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import InputError
 from tidemark.engine.pipeline import Pipeline
-from tidemark.engine.stage import BatchContext
+from tidemark.engine.stage import BatchContext, wakeup_of
 
 
 def _pk_of(row: tuple, pk: Sequence[int]) -> tuple:
@@ -60,20 +69,34 @@ def apply_to_table(
                 metrics["sink_retractions_without_row"] += 1
 
 
-class ReplayHost:
-    """Runs ``pipeline`` batch by batch, keeping every keyed stage's state in dicts."""
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
-    def __init__(self, pipeline: Pipeline) -> None:
+
+class ReplayHost:
+    """Runs ``pipeline`` batch by batch, keeping every keyed stage's state in dicts.
+    ``clock`` gives ``now_ms`` for batches run without one (default: the wall clock)."""
+
+    def __init__(self, pipeline: Pipeline, clock: Callable[[], int] | None = None) -> None:
         self.pipeline = pipeline
+        self.clock = clock or wall_clock_ms
         self.state: dict[int, dict[tuple, Any]] = {n.id: {} for n in pipeline.nodes if _is_keyed(n.stage)}
+        #: node id -> key -> wakeup time, for stages with ``wakeup_ms`` (an index, so a
+        #: batch does not scan every state to find the due keys)
+        self.timers: dict[int, dict[tuple, int]] = {
+            n.id: {} for n in pipeline.nodes if _is_keyed(n.stage) and hasattr(n.stage, "wakeup_ms")
+        }
         self.metrics: Counter = Counter()
         self._table: dict[tuple, tuple] = {}
         self.batch_id = 0
         self._sink_pk = pipeline.sink.pk_indexes
 
-    def run_batch(self, inputs: Mapping[str, list[Change]], now_ms: int = 0) -> list[Change]:
-        """Run one micro-batch; ``inputs`` maps source table name -> its changes in this
-        batch. Returns the changes the sink receives. ConflictError propagates."""
+    def run_batch(self, inputs: Mapping[str, list[Change]], now_ms: int | None = None) -> list[Change]:
+        """Run one micro-batch at processing time ``now_ms`` (default: ``self.clock()``);
+        ``inputs`` maps source table name -> its changes in this batch. Returns the changes
+        the sink receives. ConflictError propagates."""
+        if now_ms is None:
+            now_ms = self.clock()
         sources = self.pipeline.source_nodes
         for name in inputs:
             if name not in sources:
@@ -112,6 +135,11 @@ class ReplayHost:
                     lists = groups[key] = [[] for _ in range(n)]
                 lists[idx].append(c)
         store = self.state[node_id]
+        timers = self.timers.get(node_id)
+        if timers:
+            for key, due in list(timers.items()):
+                if due <= ctx.now_ms and key not in groups:
+                    groups[key] = [[] for _ in range(n)]
         emitted: list[Change] = []
         for key, lists in groups.items():
             new_state, out = stage.process_key(key, lists, store.get(key), ctx)
@@ -119,6 +147,12 @@ class ReplayHost:
                 store.pop(key, None)
             else:
                 store[key] = new_state
+            if timers is not None:
+                due = wakeup_of(stage, new_state)
+                if due is None:
+                    timers.pop(key, None)
+                else:
+                    timers[key] = due
             emitted.extend(out)
         return emitted
 

@@ -11,6 +11,15 @@ particular order, and emits only the net change for that key.
   The stage returns the new state (``None`` clears it) and the changes it emits. State is
   any picklable Python value; hosts decide where it lives (a dict, Spark's state store).
   One state read and one state write per key per batch, whatever the number of rows.
+- Optional ``KeyedStage.wakeup_ms(state) -> int | None``: a stage whose output depends on
+  processing time as well as on records (the merge engine's ``full-compaction`` changelog
+  producer emits at interval barriers) says, per key, from when it must be called again
+  even if no record for that key arrives. After grouping a batch, a host also calls
+  ``process_key(key, [[]] * n_inputs, state, ctx)`` for every key without records whose
+  ``wakeup_ms(state)`` is not None and ``<= ctx.now_ms``, in the same batch (its output
+  flows downstream with the batch's). A host may keep these times in an index instead of
+  scanning states; it must ask again after every state write. Stages without the method
+  are only called for keys with records.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ from tidemark.engine.changelog import Change
 class BatchContext:
     """What a host tells a stage about the batch being processed.
 
-    ``now_ms`` is processing time (for state TTL). ``metrics`` is where stages count
+    ``now_ms`` is processing time (state TTL, ``wakeup_ms`` timers); hosts set it once
+    per batch (the replay host: wall clock unless the caller gives one). ``metrics`` is where stages count
     events a user wants to see (``conflicts_dropped``, ``retractions_without_state``...);
     the host sums them across keys and batches and exposes them.
     """
@@ -55,3 +65,10 @@ class KeyedStage(Protocol):
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
     ) -> tuple[Any, list[Change]]: ...
+
+
+def wakeup_of(stage: Any, state: Any) -> int | None:
+    """``stage.wakeup_ms(state)`` for stages that have timers, else None (see the module
+    docstring): the one place hosts ask, so a stage without the method costs nothing."""
+    fn = getattr(stage, "wakeup_ms", None)
+    return None if fn is None or state is None else fn(state)
