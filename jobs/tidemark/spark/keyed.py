@@ -32,8 +32,8 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import pickle
+import itertools
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
@@ -56,7 +56,7 @@ STATE_SCHEMA = "state binary"
 #: Spark sets this local property on every task of a micro-batch.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 OPERATORS = ("applyInPandasWithState", "transformWithState")
-DEFAULT_OPERATOR = "applyInPandasWithState"
+DEFAULT_OPERATOR = "transformWithState"
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -310,12 +310,12 @@ def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...]):
 
         def handleInputRows(self, key, rows, timerValues):
             got = self.state.get()
-            old = got[0] if got is not None else None
-            changes = ((r["input"], r["kind"], r["row"], r["pos"]) for r in rows)
-            now_ms = timerValues.getCurrentProcessingTimeInMs()
-            if now_ms < 0:  # timeMode "None" gives no batch time: fall back to the clock
-                now_ms = int(time.time() * 1000)
-            new, out = runner.run(changes, None if old is None else bytes(old), now_ms)
+            old = bytes(got[0]) if got is not None else None
+            first = next(rows)  # a group always has at least one row
+            changes = (
+                (r["input"], r["kind"], r["row"], r["pos"]) for r in itertools.chain([first], rows)
+            )
+            new, out = runner.run(changes, old, first["now_ms"])
             if new is None:
                 if old is not None:
                     self.state.clear()
@@ -399,6 +399,8 @@ def run_keyed_stage(
         raise ValueError(
             f"stage '{stage.name}' takes {stage.n_inputs} input(s), got {len(inputs)}"
         )
+    from pyspark.sql import functions as F
+
     if operator not in OPERATORS:
         raise ValueError(f"unknown operator {operator!r}; choose one of {', '.join(OPERATORS)}")
     df = inputs[0].select(*KEYED_COLUMNS)
@@ -406,23 +408,26 @@ def run_keyed_stage(
         df = df.unionByName(other.select(*KEYED_COLUMNS))
     runner = _KeyRunner(stage, metrics.accumulator if metrics else None, downstream)
     columns = _output_columns(downstream)
-    grouped = df.groupBy("key")
     if operator == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
-        return grouped.applyInPandasWithState(
+        return df.groupBy("key").applyInPandasWithState(
             _pandas_state_fn(runner, columns),
             outputStructType=_output_schema(downstream),
             stateStructType=STATE_SCHEMA,
             outputMode="append",
             timeoutConf=GroupStateTimeout.NoTimeout,
         )
+    # current_timestamp() is the batch's timestamp in a streaming query, recorded in the
+    # offset log: a replayed batch sees the same now_ms.
+    grouped = df.withColumn("now_ms", F.unix_millis(F.current_timestamp())).groupBy("key")
     return grouped.transformWithState(
         _tws_processor(runner, columns),
         outputStructType=_output_schema(downstream),
         outputMode="Append",
         # "ProcessingTime" would give the batch time, but it makes Spark run a no-data batch
-        # every trigger forever (for timers), so a query is never idle.
+        # every trigger forever (for timers), so a query is never idle: the batch time
+        # comes in the now_ms column instead.
         timeMode="None",
     )
 

@@ -106,6 +106,9 @@ def build_session(
         # message is not buried under pyspark internals.
         "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
         "spark.ui.enabled": "false",
+        # Python workers connect back to the JVM within this time; the 15 s default fails
+        # spuriously on a loaded machine ("Python worker failed to connect back").
+        "spark.python.authenticate.socketTimeout": "120s",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         # A laptop-sized default: pipelines are many small batches, not one big one.

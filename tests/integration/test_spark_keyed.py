@@ -1,0 +1,229 @@
+"""Keyed stages hosted on Spark must do exactly what the same stage objects do in plain
+Python with dict state: batch by batch, across a restart from the checkpoint, for 1- and
+2-input stages, and for the real join and sink materializer chained in one query."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tidemark.engine.changelog import Change
+from tidemark.engine.errors import ConflictError
+from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.join import Join
+from tidemark.engine.stages.materializer import SinkMaterializer
+from tidemark.spark import keyed as K
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest_spark import spark_stream  # noqa: E402,F401  (until tests/conftest.py imports it)
+
+pytestmark = pytest.mark.integration
+
+# Stage classes defined here must reach Spark's Python workers, which cannot import this
+# test module: ship them by value.
+from pyspark import cloudpickle  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# ---------------------------------------------------------------------------- reference host
+
+
+class PyHost:
+    """The reference: one stage, state in a dict, one process_key call per key per batch."""
+
+    def __init__(self, stage):
+        self.stage = stage
+        self.state: dict = {}
+        self.metrics: Counter = Counter()
+        self.batch_id = 0
+
+    def run(self, inputs: list[list[Change]], now_ms: int = 0) -> list[Change]:
+        stage = self.stage
+        groups: dict[tuple, list[list[Change]]] = {}
+        for index, changes in enumerate(inputs):
+            for c in changes:
+                groups.setdefault(stage.key_of(c, index), [[] for _ in range(stage.n_inputs)])[
+                    index
+                ].append(c)
+        out: list[Change] = []
+        for key, lists in groups.items():
+            ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms)
+            new, emitted = stage.process_key(key, lists, self.state.get(key), ctx)
+            if new is None:
+                self.state.pop(key, None)
+            else:
+                self.state[key] = new
+            self.metrics.update({f"{stage.name}.{k}": v for k, v in ctx.metrics.items()})
+            out.extend(emitted)
+        self.batch_id += 1
+        return out
+
+
+def bag(changes: list[Change]) -> Counter:
+    return Counter(changes)
+
+
+# ---------------------------------------------------------------------------- toy stages
+
+
+class CountingStage:
+    """Per key: number of live rows and the sum of their values. Emits the key's new
+    (key, count, sum) with pos = (batch_id, greatest input offset), so a batch-id mismatch
+    between hosts shows up as a difference."""
+
+    name = "counting"
+    n_inputs = 1
+
+    def key_of(self, change: Change, input_index: int) -> tuple:
+        return (change.row[0],)
+
+    def process_key(self, key, inputs, state, ctx):
+        count, total = state or (0, 0)
+        for c in inputs[0]:
+            count += c.weight
+            total += c.weight * c.row[1]
+            ctx.metrics["rows"] += 1
+        ctx.metrics["keys"] += 1
+        pos = (ctx.batch_id, max(c.pos[0] for c in inputs[0]))
+        old = (key[0], *state) if state else None
+        new = (key[0], count, total) if count else None
+        out = []
+        if old is not None:
+            out.append(Change("-U" if new else "-D", old, pos))
+        if new is not None:
+            out.append(Change("+U" if old else "+I", new, pos))
+        if new is None:
+            ctx.metrics["keys_removed"] += 1
+        return (None if new is None else (count, total)), out
+
+
+class ClockStage:
+    """Emits (key, batch_id, now_ms): shows what the host puts in the BatchContext."""
+
+    name = "clock"
+    n_inputs = 1
+
+    def key_of(self, change, input_index):
+        return (change.row[0],)
+
+    def process_key(self, key, inputs, state, ctx):
+        return None, [Change("+I", (key[0], ctx.batch_id, ctx.now_ms), ())]
+
+
+def _ins(row, pos):
+    return Change("+I", row, (pos,))
+
+
+def _del(row, pos):
+    return Change("-D", row, (pos,))
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("operator", K.OPERATORS)
+def test_counting_stage_matches_python_host_across_restart(spark, spark_stream, operator):
+    stage = CountingStage()
+    metrics = K.StageMetrics(spark)
+
+    def build(source):
+        keyed = K.keyed_input(source.filter("input = 0"), stage)
+        return K.run_keyed_stage([keyed], stage, metrics=metrics, operator=operator)
+
+    batches = [
+        # several rows for one key, keys with one row, and a key written twice
+        [[_ins(("a", 1), 1), _ins(("a", 2), 2), _ins(("b", 5), 3), _ins(("c", 1), 4), _ins(("a", 2), 5)]],
+        # a retraction, a key emptied (state must be removed), a new key
+        [[_del(("a", 2), 6), _del(("c", 1), 7), _ins(("d", 4), 8)]],
+        # after the restart: state of a, b, d must still be there
+        [[_ins(("a", 10), 9), _del(("b", 5), 10), _ins(("e", 1), 11)]],
+        [[_ins(("d", 1), 12), _ins(("e", 1), 13), _ins(("e", 2), 14)]],
+    ]
+    ref = PyHost(stage)
+    stream = spark_stream(build)
+    for i, inputs in enumerate(batches):
+        if i == 2:
+            stream.restart()
+        got = stream.run_batch(inputs)
+        want = ref.run(inputs)
+        assert bag(got) == bag(want), f"batch {i}"
+        assert K.state_rows_total(stream.query) == len(ref.state), f"state rows after batch {i}"
+    assert metrics.value() == ref.metrics
+    assert metrics.value()["counting.keys_removed"] == 2  # c, then b
+
+
+def test_join_then_materializer_in_one_query_matches_python_hosts(spark, spark_stream):
+    """The real stages, chained: s1 LEFT JOIN s2 ON s1.level = s2.id, then the sink
+    materializer (DO DEDUPLICATE, PK s1.id); the join emits straight into the
+    materializer's keyed layout (``downstream``), so two stateful operators run in one
+    query. Ends with every input retracted: the join's Spark state must be empty."""
+    join = Join("left", left_key=(1,), right_key=(0,), left_width=2, right_width=2)
+    mat = SinkMaterializer("t1", pk=(0,), pk_names=("id",), upsert_key=None, strategy="DEDUPLICATE")
+    metrics = K.StageMetrics(spark)
+
+    def build(source):
+        left = K.keyed_input(source.filter("input = 0"), join, 0)
+        right = K.keyed_input(source.filter("input = 1"), join, 1)
+        joined = K.run_keyed_stage([left, right], join, metrics=metrics, downstream=(mat, 0))
+        return K.run_keyed_stage([joined], mat, metrics=metrics)
+
+    s1 = lambda kind, i, lvl, pos: Change(kind, (i, lvl), (pos,))  # noqa: E731
+    s2 = lambda kind, i, attr, pos: Change(kind, (i, attr), (pos,))  # noqa: E731
+    batches = [
+        [[s1("+I", 1, 10, 1)], [s2("+I", 10, "a1", 2), s2("+I", 20, "b1", 3)]],
+        # the join key of s1 row 1 changes 10 -> 20; the -U/+U halves land on two keys
+        [[s1("-U", 1, 10, 4), s1("+U", 1, 20, 4)], []],
+        # after restart: right side update, and a left row with no partner (padded)
+        [[s1("+I", 2, 30, 6)], [s2("-U", 20, "b1", 5), s2("+U", 20, "b2", 5)]],
+        [[s1("-D", 1, 20, 7), s1("-D", 2, 30, 8)], [s2("-D", 10, "a1", 9), s2("-D", 20, "b2", 10)]],
+    ]
+    ref_join, ref_mat = PyHost(join), PyHost(mat)
+    stream = spark_stream(build)
+    for i, inputs in enumerate(batches):
+        if i == 2:
+            stream.restart()
+        got = stream.run_batch(inputs)
+        want = ref_mat.run([ref_join.run(inputs)])
+        assert bag(got) == bag(want), f"batch {i}"
+    ops = K.state_operators(stream.query.lastProgress)
+    assert len(ops) == 2
+    assert sum(op["numRowsTotal"] for op in ops) == 0  # join and materializer both empty
+    assert metrics.value() == ref_join.metrics + ref_mat.metrics
+
+
+def test_conflict_error_reaches_the_driver_as_itself(spark, spark_stream):
+    mat = SinkMaterializer("t1", pk=(0,), pk_names=("id",), upsert_key=(1,), strategy="ERROR")
+
+    def build(source):
+        return K.run_keyed_stage([K.keyed_input(source, mat)], mat)
+
+    batch = [[_ins((1, "x"), 1), _ins((1, "y"), 2)]]
+    with pytest.raises(ConflictError) as expected:
+        PyHost(mat).run(batch)
+    stream = spark_stream(build)
+    with pytest.raises(ConflictError) as got:
+        stream.run_batch(batch)
+    assert str(got.value) == str(expected.value)
+    assert got.value.table == "t1" and got.value.pk == {"id": 1}
+    assert got.value.exit_status == 3
+
+
+def test_batch_id_and_processing_time_reach_the_stage(spark, spark_stream):
+    stage = ClockStage()
+    stream = spark_stream(lambda source: K.run_keyed_stage([K.keyed_input(source, stage)], stage))
+    seen = []
+    for i in range(2):
+        t0 = int(time.time() * 1000)
+        out = stream.run_batch([[_ins(("k", i), i)]])
+        t1 = int(time.time() * 1000)
+        assert len(out) == 1
+        key, batch_id, now_ms = out[0].row
+        assert batch_id == i
+        assert t0 <= now_ms <= t1
+        seen.append(now_ms)
+    assert seen[0] <= seen[1]
