@@ -6,8 +6,8 @@ Run with the Flink venv's python (``$TIDEMARK_FLINK_PYTHON``, default
     {"cases": [{"id": "c1",
                 "sql": "CREATE TABLE s1 (...) WITH (...); ...; INSERT INTO t ... ON CONFLICT DO ...;",
                 "inputs": {"s1": [[{"kind": "+I", "row": {...} | [...], "seq": 3}, ...], ...], ...},
-                "options": {"table.exec.sink.upsert-materialize-strategy.type": "LEGACY"},
-                "isolate": false}]}
+                "options": {"table.exec.sink.upsert-materialize-strategy.type": "LEGACY"}}],
+     "slots": 6, "case_timeout_s": 120}
 
 ``inputs`` maps each source table to its batches (all tables have the same number of batches;
 a shorter list is padded with empty batches). Inside a batch, records of all tables are fed to
@@ -18,7 +18,7 @@ Tidemark uses for "latest". It writes on stdout::
       "steps": [[row, ...] after batch 1, ...], "final": [row, ...], "changelog": [...]}]}
 
 where a row is a JSON list in the sink's column order and ``steps[i]`` is the sink table after
-batch ``i+1`` (rows sorted). ``ok`` is false when Flink rejected the SQL or the job failed (e.g.
+batch ``i+1`` (rows sorted), and ``final`` the table at the end of input. ``ok`` is false when Flink rejected the SQL or the job failed (e.g.
 ``ON CONFLICT DO ERROR``); ``steps`` then holds the batches completed before the failure.
 
 How it stays deterministic (see ``docs/conformance.md``): every table of the SQL is re-pointed
@@ -26,8 +26,9 @@ at the ``tidemark-oracle`` connector (Java, in ``oracle_java/``, compiled here w
 first use). Its sources release one global record sequence in lockstep, proven drained by
 aligned checkpoints whenever the next record belongs to another table, and end each batch with
 watermark ``i`` on every source; its sink materializes the upsert stream Flink writes and
-snapshots the table on every watermark. Many cases run as one Flink job (one database each), so
-the ~10 s JVM/mini-cluster start-up is paid once per subprocess, not per case.
+snapshots the table on every watermark. All cases run on one session mini-cluster started in the
+gateway JVM, each as its own job (in its own database), ``slots`` at a time: the ~10 s JVM and
+cluster start-up is paid once per subprocess, and a job that fails (``DO ERROR``) fails alone.
 """
 
 from __future__ import annotations
@@ -47,20 +48,20 @@ HERE = Path(__file__).resolve().parent
 JAVA_SRC = HERE / "oracle_java" / "src"
 KINDS = ("+I", "-U", "+U", "-D")
 ROWTIME = "__tidemark_rowtime"
-DEFAULT_CHUNK = 24
+DEFAULT_SLOTS = 6
 DEFAULT_CASE_TIMEOUT_S = 120
 
 BASE_CONFIG = {
     "parallelism.default": "1",
-    # checkpoints are the oracle's "record processed everywhere" signal (aligned by default)
-    "execution.checkpointing.interval": "10 ms",
+    # checkpoints are the oracle's "record processed everywhere" signal (aligned, exactly-once
+    # mode); the connector triggers them on demand, the periodic interval only switches them on
+    "execution.checkpointing.interval": "1 h",
     "execution.checkpointing.min-pause": "0 ms",
+    # otherwise a finished task waits for one more checkpoint, which nobody triggers
+    "execution.checkpointing.checkpoints-after-tasks-finish": "false",
     "restart-strategy.type": "none",
     # flush every record at once: the lockstep waits on each step, buffering only adds latency
     "execution.buffer-timeout.interval": "0 ms",
-    "taskmanager.memory.network.min": "256mb",
-    "taskmanager.memory.network.max": "256mb",
-    "taskmanager.memory.segment-size": "4kb",
 }
 
 
@@ -292,83 +293,93 @@ def _java_error(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 
 class Oracle:
-    def __init__(self) -> None:
+    """Runs cases as jobs on one session mini-cluster, ``slots`` of them at a time."""
+
+    def __init__(self, slots: int) -> None:
         from pyflink.java_gateway import get_gateway
         from pyflink.table import EnvironmentSettings, TableEnvironment
 
+        jvm = get_gateway().jvm
         self._settings = EnvironmentSettings.in_streaming_mode()
         self._table_env_cls = TableEnvironment
-        self._coord = get_gateway().jvm.tidemark.flinkoracle.Coordinator
+        self._coord = jvm.tidemark.flinkoracle.Coordinator
+        port = jvm.tidemark.flinkoracle.SessionCluster.start(slots, 64 * slots)
+        self._remote = {"execution.target": "remote", "rest.address": "127.0.0.1",
+                        "rest.port": str(port)}
+        self._envs: dict[tuple, Any] = {}
         self._db_counter = 0
+        self.slots = slots
 
-    def _new_env(self, options: dict[str, str]):
-        t = self._table_env_cls.create(self._settings)
-        conf = t.get_config()
-        for k, v in {**BASE_CONFIG, **options}.items():
-            conf.set(k, v)
-        return t
+    def _env(self, options: dict[str, str]):
+        key = tuple(sorted(options.items()))
+        if key not in self._envs:
+            t = self._table_env_cls.create(self._settings)
+            conf = t.get_config()
+            for k, v in {**BASE_CONFIG, **self._remote, **options}.items():
+                conf.set(k, v)
+            self._envs[key] = t
+        return self._envs[key]
 
-    def run_job(self, cases: list[dict], options: dict[str, str], timeout_s: float) -> list[dict]:
-        """Run ``cases`` as one Flink job. Returns a result per case (same order)."""
-        t = self._new_env(options)
-        stmt_set = t.create_statement_set()
-        results: dict[str, dict] = {}
-        planned: list[dict] = []
-        for case in cases:
-            res = {"id": case["id"], "ok": False, "error": None, "phase": "plan", "steps": [],
-                   "final": None, "changelog": []}
-            results[case["id"]] = res
-            try:
-                self._plan_case(t, stmt_set, case)
-                planned.append(case)
-            except SpecError as e:
-                res["error"] = f"spec: {e}"
-            except Exception as e:  # Flink rejected the SQL (ValidationException, ...)
-                res["error"] = _java_error(e)
-                self._forget(case)
-        if planned:
-            try:
-                result = stmt_set.execute()
-            except Exception as e:  # the optimizer rejected one of the INSERTs
-                error = _java_error(e)
-                for case in planned:
-                    self._forget(case)
-                    results[case["id"]]["error"] = error
-                    # with several cases we cannot tell whose INSERT it was: the caller retries
-                    results[case["id"]]["phase"] = "plan" if len(planned) == 1 else "job-plan"
-                return [results[c["id"]] for c in cases]
-            job_error = None
-            try:
-                result.wait(int(timeout_s * 1000))
-            except Exception as e:
-                job_error = _java_error(e)
-                if "TimeoutException" in str(e):
-                    job_error = f"timed out after {timeout_s:.0f}s"
-                    try:
-                        result.get_job_client().cancel().get()
-                    except Exception:
-                        pass
-            for case in planned:
-                self._collect(case, results[case["id"]], job_error)
-        return [results[c["id"]] for c in cases]
-
-    def _forget(self, case: dict) -> None:
+    def submit(self, case: dict) -> dict:
+        """Plan ``case`` and submit its job. Returns the running job's handle, or the case's
+        result when Flink rejected it at planning."""
+        res = {"id": case["id"], "ok": False, "error": None, "phase": "plan", "steps": [],
+               "final": None, "changelog": []}
         try:
-            self._coord.takeResult(case["oracle_id"])
+            parsed = parse_case_sql(case["sql"])
+            t = self._env({**parsed["sets"], **case.get("options", {})})
+            oracle_id = self._plan_case(t, case, parsed)
+        except SpecError as e:
+            res["error"] = f"spec: {e}"
+            return {"result": res}
+        except Exception as e:  # Flink rejected the SQL (ValidationException, ...)
+            res["error"] = _java_error(e)
+            return {"result": res}
+        try:
+            table_result = t.execute_sql(parsed["insert"])
+            future = table_result.get_job_client()._j_job_client.getJobExecutionResult()
+        except Exception as e:  # rejected by the optimizer (e.g. missing ON CONFLICT)
+            self._forget(oracle_id)
+            res["error"] = _java_error(e)
+            return {"result": res}
+        return {"case": case, "result": res, "oracle_id": oracle_id, "future": future,
+                "client": table_result.get_job_client(), "started": time.time()}
+
+    def poll(self, job: dict, timeout_s: float) -> dict | None:
+        """The case's result once its job has ended (or timed out), else None."""
+        future, res = job["future"], job["result"]
+        error = None
+        if not future.isDone():
+            if time.time() - job["started"] < timeout_s:
+                return None
+            error = f"timed out after {timeout_s:.0f}s"
+            try:
+                job["client"].cancel().result()
+            except Exception:
+                pass
+        else:
+            try:
+                future.get()
+            except Exception as e:  # the job failed, e.g. ON CONFLICT DO ERROR
+                error = _java_error(e)
+        self._collect(job["oracle_id"], job["n_batches"], res, error)
+        return res
+
+    def _forget(self, oracle_id: str) -> None:
+        try:
+            self._coord.takeResult(oracle_id)
         except Exception:
             pass
 
-    def _plan_case(self, t, stmt_set, case: dict) -> None:
-        parsed = parse_case_sql(case["sql"])
+    def _plan_case(self, t, case: dict, parsed: dict) -> str:
         self._db_counter += 1
-        db = f"tm_case_{self._db_counter}"
-        case["oracle_id"] = f"{db}"
-        t.execute_sql(f"CREATE DATABASE {db}")
-        t.use_database(db)
+        oracle_id = f"tm_case_{self._db_counter}"
+        t.execute_sql(f"CREATE DATABASE {oracle_id}")
+        t.use_database(oracle_id)
         needs_wm = parsed["strategy"] in ("NOTHING", "ERROR")
         modes, columns = {}, {}
         for name, stmt in parsed["creates"].items():
-            opts = {"connector": "tidemark-oracle", "case": case["oracle_id"]}
+            opts = {"connector": "tidemark-oracle", "case": oracle_id}
             if name != parsed["sink"]:
                 modes[name] = changelog_mode(stmt)
                 opts.update({"table": name, "changelog-mode": modes[name]})
@@ -377,71 +388,67 @@ class Oracle:
                 columns[name] = [c for c in t.from_path(name).get_schema().get_field_names()
                                  if c != ROWTIME]
         script = build_script(case["id"], case.get("inputs", {}), columns, modes)
-        case["n_batches"] = len(script["batches"])
-        self._coord.register(case["oracle_id"], json.dumps(script))
-        stmt_set.add_insert_sql(parsed["insert"])
+        case["_n_batches"] = len(script["batches"])
+        self._coord.register(oracle_id, json.dumps(script))
+        return oracle_id
 
-    def _collect(self, case: dict, res: dict, job_error: str | None) -> None:
+    def _collect(self, oracle_id: str, n_batches: int, res: dict, job_error: str | None) -> None:
         res["phase"] = "run"
-        raw = json.loads(self._coord.takeResult(case["oracle_id"]))
+        raw = json.loads(self._coord.takeResult(oracle_id))
         snaps = raw["snapshots"]
-        steps = [sorted(s["table"], key=_sort_key) for s in snaps if 0 < s["watermark"] <= case["n_batches"]]
-        res["steps"] = steps
+        res["steps"] = [sorted(s["table"], key=_sort_key) for s in snaps if 0 < s["watermark"] <= n_batches]
         res["changelog"] = raw["changelog"]
-        complete = raw["released"] == raw["events"] and any(
-            s["watermark"] == 2**63 - 1 for s in snaps)
-        if complete:
+        complete = raw["released"] == raw["events"] and any(s["watermark"] == 2**63 - 1 for s in snaps)
+        if complete and job_error is None:
             res["ok"] = True
             res["final"] = sorted(snaps[-1]["table"], key=_sort_key)
         else:
             res["error"] = job_error or "job ended before the case completed"
+            res["oracle_state"] = {k: raw[k] for k in ("state", "problems", "released", "events")}
 
 
 def _sort_key(row: list) -> str:
     return json.dumps(row, sort_keys=True)
 
 
-def _group_key(case: dict) -> tuple:
-    parsed_sets = {}
-    try:
-        parsed_sets = parse_case_sql(case["sql"])["sets"]
-    except SpecError:
-        pass
-    opts = {**parsed_sets, **case.get("options", {})}
-    return tuple(sorted(opts.items()))
-
-
-def run_cases(spec: dict, chunk: int = DEFAULT_CHUNK) -> dict:
+def run_cases(spec: dict, slots: int) -> dict:
     cases = spec.get("cases")
     if not isinstance(cases, list):
         raise SpecError("spec must be an object with a list 'cases'")
     ids = [c.get("id") for c in cases]
     if len(set(ids)) != len(ids) or any(not isinstance(i, str) for i in ids):
         raise SpecError("every case needs a unique string 'id'")
-    oracle = Oracle()
     timeout = float(spec.get("case_timeout_s", DEFAULT_CASE_TIMEOUT_S))
-    groups: dict[tuple, list[dict]] = {}
-    for c in cases:
-        groups.setdefault(_group_key(c), []).append(c)
+    oracle = Oracle(slots)
     results: dict[str, dict] = {}
-    jobs = 0
-    for key, group in groups.items():
-        options = dict(key)
-        alone = [c for c in group if c.get("isolate")]
-        shared = [c for c in group if not c.get("isolate")]
-        batches = [[c] for c in alone] + [shared[i:i + chunk] for i in range(0, len(shared), chunk)]
-        for batch in batches:
-            jobs += 1
-            out = oracle.run_job(batch, options, timeout * (1 + len(batch) / 4))
-            for c, r in zip(batch, out):
-                results[c["id"]] = r
-            # a failing case (DO ERROR) takes its whole job down: rerun the others on their own
-            if len(batch) > 1:
-                for c, r in zip(batch, out):
-                    if not r["ok"] and r["phase"] in ("run", "job-plan"):
-                        jobs += 1
-                        results[c["id"]] = oracle.run_job([c], options, timeout)[0]
-    return {"results": [results[i] for i in ids], "jobs": jobs}
+    pending = list(cases)
+    running: list[dict] = []
+    submit_s = 0.0
+    submit_times: list[float] = []
+    while pending or running:
+        while pending and len(running) < oracle.slots:
+            case = pending.pop(0)
+            t0 = time.time()
+            job = oracle.submit(case)
+            submit_s += time.time() - t0
+            submit_times.append(round(time.time() - t0, 2))
+            if "future" in job:
+                job["n_batches"] = case["_n_batches"]
+                running.append(job)
+            else:
+                results[case["id"]] = job["result"]
+        still = []
+        for job in running:
+            res = oracle.poll(job, timeout)
+            if res is None:
+                still.append(job)
+            else:
+                results[res["id"]] = res
+        if len(still) == len(running) and not (pending and len(still) < oracle.slots):
+            time.sleep(0.02)
+        running = still
+    return {"results": [results[i] for i in ids], "jobs": len(cases),
+            "submit_seconds": round(submit_s, 2), "submit_times": submit_times}
 
 
 def main() -> int:
@@ -458,7 +465,7 @@ def main() -> int:
         jar = build_oracle_jar()
         os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(
             p for p in (str(jar), os.environ.get("HADOOP_CLASSPATH", "")) if p)
-        report = run_cases(spec, int(spec.get("chunk", DEFAULT_CHUNK)))
+        report = run_cases(spec, int(spec.get("slots", DEFAULT_SLOTS)))
     except SpecError as e:
         print(f"flink_oracle: bad spec: {e}", file=sys.stderr)
         return 2

@@ -71,6 +71,15 @@ public final class Coordinator {
     private final ArrayNode sinkChangelog = JSON.createArrayNode();
     private CompletableFuture<Void> changed = new CompletableFuture<>();
     private int checkpointSyncs = 0;
+    private String jobId = null;
+    private long lastCompleted = -1;
+    private final StringBuilder problems = new StringBuilder();
+    private static final java.util.concurrent.ScheduledExecutorService RETRY =
+            java.util.concurrent.Executors.newSingleThreadScheduledExecutor(r -> {
+                Thread t = new Thread(r, "tidemark-oracle-checkpoint-retry");
+                t.setDaemon(true);
+                return t;
+            });
 
     /**
      * Registers a case. {@code scriptJson} is {"tables": [names], "batches": [[{"table", "kind",
@@ -110,6 +119,11 @@ public final class Coordinator {
             out.put("released", c.cursor);
             out.put("events", c.events.size());
             out.put("checkpoint_syncs", c.checkpointSyncs);
+            out.put("problems", c.problems.toString());
+            out.put("state", "cursor=" + c.cursor + " syncPending=" + c.syncPending + " syncOwner=" + c.syncOwner
+                    + " syncCheckpoint=" + c.syncCheckpoint + " lastCompleted=" + c.lastCompleted
+                    + " jobId=" + c.jobId + " sinkWatermark=" + c.sinkWatermark
+                    + " watermarksEmitted=" + c.watermarksEmitted + " scanned=" + c.scanned);
             return JSON.writeValueAsString(out);
         }
     }
@@ -181,6 +195,7 @@ public final class Coordinator {
                         syncOwner = table;
                         syncCheckpoint = -1;
                         checkpointSyncs++;
+                        requestCheckpoint();
                     }
                 }
                 signal();
@@ -202,6 +217,51 @@ public final class Coordinator {
         }
     }
 
+    /** A reader reports the job it runs in, so the coordinator can ask for checkpoints. */
+    synchronized void setJobId(String id) {
+        if (jobId == null) {
+            jobId = id;
+            if (syncPending && syncCheckpoint < 0) {
+                requestCheckpoint();
+            }
+        }
+    }
+
+    /**
+     * Checkpoints are triggered on demand (periodic ones every few ms would cost the whole
+     * machine). A trigger can fail while tasks are still starting: retry until the sync holds.
+     */
+    private void requestCheckpoint() {
+        if (jobId == null) {
+            return;  // setJobId will ask
+        }
+        SessionCluster.triggerCheckpoint(jobId).whenComplete((id, err) -> {
+            if (err != null) {
+                synchronized (Coordinator.this) {
+                    if (syncPending && syncCheckpoint < 0) {
+                        if (problems.length() < 2000) {
+                            problems.append("checkpoint trigger failed: ").append(err).append('\n');
+                        }
+                        RETRY.schedule(() -> {
+                            synchronized (Coordinator.this) {
+                                if (syncPending && syncCheckpoint < 0) {
+                                    requestCheckpoint();
+                                }
+                            }
+                        }, 5, java.util.concurrent.TimeUnit.MILLISECONDS);
+                    }
+                }
+            }
+        });
+    }
+
+    synchronized void onCheckpointAborted(long checkpointId) {
+        if (syncPending && syncCheckpoint == checkpointId) {
+            syncCheckpoint = -1;
+            requestCheckpoint();
+        }
+    }
+
     /** Called by a reader of {@code table} as its checkpoint barrier {@code checkpointId} is emitted. */
     synchronized void onSnapshot(String table, long checkpointId) {
         if (syncPending && table.equals(syncOwner) && syncCheckpoint < 0) {
@@ -210,6 +270,7 @@ public final class Coordinator {
     }
 
     synchronized void onCheckpointComplete(long checkpointId) {
+        lastCompleted = Math.max(lastCompleted, checkpointId);
         if (syncPending && syncCheckpoint >= 0 && checkpointId >= syncCheckpoint) {
             syncPending = false;
             syncOwner = null;

@@ -39,7 +39,12 @@ public final class OracleSource implements Source<RowData, OracleSource.NoSplit,
 
     @Override
     public SourceReader<RowData, NoSplit> createReader(SourceReaderContext ctx) {
-        return new Reader(Coordinator.get(caseId), table, types);
+        Coordinator coord = Coordinator.get(caseId);
+        String jobId = ctx.metricGroup().getAllVariables().get("<job_id>");
+        if (jobId != null) {
+            coord.setJobId(jobId);
+        }
+        return new Reader(coord, table, types);
     }
 
     @Override
@@ -159,6 +164,11 @@ public final class OracleSource implements Source<RowData, OracleSource.NoSplit,
         @Override
         public void notifyCheckpointComplete(long checkpointId) {
             coord.onCheckpointComplete(checkpointId);
+        }
+
+        @Override
+        public void notifyCheckpointAborted(long checkpointId) {
+            coord.onCheckpointAborted(checkpointId);
         }
 
         @Override

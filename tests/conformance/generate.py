@@ -1,0 +1,331 @@
+"""Seeded random changelog workloads for the Flink conformance suite.
+
+A workload is one pipeline (Tidemark SQL, also fed to Flink) plus, per source table, a list
+of batches of CDC records ``{"kind", "row", "seq"}``. ``seq`` is the global source position:
+one counter over all tables, so it says in which order the changes happened. The two halves
+of an update (``-U``/``+U`` from one Debezium message) share a ``seq`` and never straddle a
+batch.
+
+What makes the workloads hard (and what the suite is for):
+
+- small value domains, so join keys collide and many source rows map to one sink primary
+  key from different upsert keys (the conflicts ``ON CONFLICT`` is about);
+- updates that change join keys (an s1 row moving from ``level`` 10 to 20 retracts one join
+  row and adds another, reaching the sink by different paths), deletes and re-inserts;
+- the records of a batch interleave tables in random order; Tidemark additionally gets each
+  batch's records shuffled (its result must not depend on arrival order inside a batch), while
+  Flink gets them in ``seq`` order (its materializer is order-sensitive by design);
+- the three strategies over the two seed shapes (the s1/s2 join, the inventory aggregate) and
+  plain projections that drop the source primary key.
+
+For ``DO ERROR`` the ``unique`` variants keep the sink key unique among active source rows at
+every change, so no conflict can ever be visible at a batch end; the other variants are
+expected to conflict somewhere (and both systems must fail at the same batch).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+STRATEGIES = ("DEDUPLICATE", "NOTHING", "ERROR")
+
+
+@dataclass
+class Column:
+    name: str
+    type: str
+    values: Callable[[random.Random], Any] | None = None  # None for the PK column(s)
+
+
+@dataclass
+class TableSpec:
+    name: str
+    columns: list[Column]
+    pk: str
+    format: str  # debezium-json | upsert-json | json
+    pk_values: Callable[[random.Random, set], Any]
+    unique: str | None = None  # a column kept unique among active rows (ERROR-safe variants)
+    weight: float = 1.0
+
+    def ddl(self) -> str:
+        cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)
+        return (f"CREATE TABLE {self.name} ({cols}, PRIMARY KEY ({self.pk}) NOT ENFORCED) "
+                f"WITH ('topic' = '{self.name}', 'format' = '{self.format}');")
+
+
+@dataclass
+class Workload:
+    name: str
+    shape: str
+    strategy: str
+    seed: int
+    sql: str
+    inputs: dict[str, list[list[dict]]]
+    #: "none": no conflict can be visible at a batch end; "possible": ERROR may fail
+    conflicts: str = "possible"
+    tables: dict[str, TableSpec] = field(default_factory=dict, repr=False)
+
+    def spec_case(self) -> dict[str, Any]:
+        """This workload as a case of ``flink_oracle.py``'s job spec."""
+        return {"id": self.name, "sql": self.sql, "inputs": self.inputs,
+                }
+
+    def n_batches(self) -> int:
+        return max(len(b) for b in self.inputs.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Source simulation
+# --------------------------------------------------------------------------------------------
+
+class _Source:
+    """One CDC source table: its current rows, and the changelog records of each change."""
+
+    def __init__(self, spec: TableSpec, rng: random.Random):
+        self.spec = spec
+        self.rng = rng
+        self.rows: dict[Any, dict] = {}
+        self.append_only = spec.format == "json"
+        self.upsert = spec.format.startswith("upsert-")
+
+    def _value(self, col: Column, pk: Any) -> Any:
+        if col.name == self.spec.unique:
+            taken = {r[col.name] for k, r in self.rows.items() if k != pk}
+            for _ in range(20):
+                v = col.values(self.rng)
+                if v not in taken:
+                    return v
+            return None  # domain exhausted: caller skips the change
+        return col.values(self.rng)
+
+    def _new_row(self, pk: Any) -> dict | None:
+        row = {}
+        for c in self.spec.columns:
+            row[c.name] = pk if c.name == self.spec.pk else self._value(c, pk)
+            if row[c.name] is None and c.name == self.spec.unique:
+                return None
+        return row
+
+    def change(self, seq: int) -> list[dict]:
+        """Make one random change; returns its records (possibly none)."""
+        rng, rows = self.rng, self.rows
+        op = rng.random()
+        if self.append_only or not rows or op < 0.35:
+            pk = self.spec.pk_values(rng, set(rows))
+            if pk is None or pk in rows:
+                if not rows or self.append_only:
+                    return []
+                op = 0.5  # the key space is full: update instead
+            else:
+                row = self._new_row(pk)
+                if row is None:
+                    return []
+                rows[pk] = row
+                return [{"kind": "+I", "row": dict(row), "seq": seq}]
+        pk = rng.choice(sorted(rows, key=repr))
+        old = rows[pk]
+        if op < 0.8:
+            editable = [c for c in self.spec.columns if c.name != self.spec.pk]
+            new = dict(old)
+            for c in rng.sample(editable, rng.randint(1, len(editable))):
+                v = self._value(c, pk)
+                if v is None:
+                    return []
+                new[c.name] = v
+            if new == old:
+                return []
+            rows[pk] = new
+            if self.upsert:
+                return [{"kind": "+U", "row": dict(new), "seq": seq}]
+            return [{"kind": "-U", "row": dict(old), "seq": seq},
+                    {"kind": "+U", "row": dict(new), "seq": seq}]
+        del rows[pk]
+        return [{"kind": "-D", "row": dict(old), "seq": seq}]
+
+
+def _changelog(specs: list[TableSpec], rng: random.Random, n_batches: int,
+               max_changes: int) -> dict[str, list[list[dict]]]:
+    sources = [_Source(s, rng) for s in specs]
+    weights = [s.weight for s in specs]
+    out: dict[str, list[list[dict]]] = {s.name: [] for s in specs}
+    seq = 0
+    for _ in range(n_batches):
+        batch: dict[str, list[dict]] = {s.name: [] for s in specs}
+        for _ in range(rng.randint(1, max_changes)):
+            src = rng.choices(sources, weights)[0]
+            seq += 1
+            batch[src.spec.name].extend(src.change(seq))
+        for name, recs in batch.items():
+            out[name].append(recs)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes
+# --------------------------------------------------------------------------------------------
+
+def _pick(domain: list) -> Callable[[random.Random], Any]:
+    return lambda rng: rng.choice(domain)
+
+
+def _fresh_or_reuse(limit: int) -> Callable[[random.Random, set], Any]:
+    """Keys 1..limit: mostly new ones, sometimes a deleted key comes back."""
+    def gen(rng: random.Random, active: set) -> Any:
+        free = [k for k in range(1, limit + 1) if k not in active]
+        return rng.choice(free) if free else None
+    return gen
+
+
+def _from_domain(domain: list) -> Callable[[random.Random, set], Any]:
+    def gen(rng: random.Random, active: set) -> Any:
+        free = [k for k in domain if k not in active]
+        return rng.choice(free) if free else None
+    return gen
+
+
+def _s1_s2(rng: random.Random, s1_format: str, attr_domain: list[str]) -> list[TableSpec]:
+    levels = [10, 20, 30]
+    return [
+        TableSpec("s1", [Column("id", "BIGINT"), Column("level", "BIGINT", _pick(levels))], "id",
+                  s1_format, _fresh_or_reuse(6), weight=1.5),
+        TableSpec("s2", [Column("id", "BIGINT"), Column("attr", "STRING", _pick(attr_domain))], "id",
+                  "debezium-json", _from_domain(levels + [40])),
+    ]
+
+
+def shape_join_id(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """The seed's s1/s2 join: sink PK s1.id (unique; disorder but no real conflicts)."""
+    tables = _s1_s2(rng, rng.choice(["debezium-json", "upsert-json"]), ["a1", "b1", "c1"])
+    sink = ("CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) "
+            "WITH ('topic' = 't1', 'format' = 'upsert-json');")
+    query = "INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1 JOIN s2 ON s1.level = s2.id"
+    return tables, sink, query, "none"
+
+
+def shape_left_join_id(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """LEFT JOIN: right-side changes flip null-padded rows (-D/+I pairs) for the same sink PK."""
+    tables = _s1_s2(rng, "debezium-json", ["a1", "b1"])
+    sink = ("CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) "
+            "WITH ('topic' = 't1', 'format' = 'upsert-json');")
+    query = "INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1 LEFT JOIN s2 ON s1.level = s2.id"
+    return tables, sink, query, "none"
+
+
+def shape_join_attr(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """Sink PK is the joined attribute: many s1 rows conflict for one attr."""
+    tables = _s1_s2(rng, "debezium-json", ["x", "y"])
+    sink = ("CREATE TABLE t2 (attr STRING, id BIGINT, level BIGINT, PRIMARY KEY (attr) NOT ENFORCED) "
+            "WITH ('topic' = 't2', 'format' = 'upsert-json');")
+    query = "INSERT INTO t2 SELECT s2.attr, s1.id, s1.level FROM s1 JOIN s2 ON s1.level = s2.id"
+    return tables, sink, query, "possible"
+
+
+def shape_inventory(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """The seed's rollback example: SUM per product, joined to products, filtered, keyed by name."""
+    unique = strategy == "ERROR" and rng.random() < 0.7
+    orders_format = rng.choice(["debezium-json", "json"])
+    names = ["Football", "Basketball", "Tennis"] + (["Golf", "Hockey"] if unique else [])
+    tables = [
+        TableSpec("orders", [Column("order_id", "BIGINT"),
+                             Column("product_id", "BIGINT", _pick([1, 2, 3, 4])),
+                             Column("quantity", "BIGINT", _pick([1, 2, 3, 5, 7]))],
+                  "order_id", orders_format, _fresh_or_reuse(40), weight=2.0),
+        TableSpec("products", [Column("id", "BIGINT"), Column("name", "STRING", _pick(names))], "id",
+                  "debezium-json", _from_domain([1, 2, 3, 4]), unique="name" if unique else None),
+    ]
+    sink = ("CREATE TABLE inventory (name STRING, quantity BIGINT, PRIMARY KEY (name) NOT ENFORCED) "
+            "WITH ('topic' = 'inventory', 'format' = 'upsert-json');")
+    query = ("INSERT INTO inventory SELECT p.name, o.quantity FROM "
+             "(SELECT product_id, SUM(quantity) AS quantity FROM orders GROUP BY product_id) o "
+             "JOIN products p ON o.product_id = p.id WHERE o.quantity < 10")
+    return tables, sink, query, "none" if unique else "possible"
+
+
+def shape_agg_by_sub_key(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """GROUP BY (category, region) written to a sink keyed by category alone."""
+    tables = [TableSpec("events", [Column("id", "BIGINT"), Column("category", "STRING", _pick(["c1", "c2"])),
+                                   Column("region", "STRING", _pick(["eu", "us"])),
+                                   Column("v", "BIGINT", _pick([1, 2, 3]))],
+                        "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(12))]
+    sink = ("CREATE TABLE per_category (category STRING, region STRING, n BIGINT, total BIGINT, "
+            "PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'pc', 'format' = 'upsert-json');")
+    query = ("INSERT INTO per_category SELECT category, region, COUNT(*) AS n, SUM(v) AS total "
+             "FROM events GROUP BY category, region")
+    return tables, sink, query, "possible"
+
+
+def shape_projection(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """A projection that drops the source PK: rows then match by full value at the sink."""
+    unique = strategy == "ERROR" and rng.random() < 0.7
+    names = ["n1", "n2", "n3"] + (["n4", "n5", "n6"] if unique else [])
+    tables = [TableSpec("s", [Column("id", "BIGINT"), Column("name", "STRING", _pick(names)),
+                              Column("v", "BIGINT", _pick([0, 1, 2]))],
+                        "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(6),
+                        unique="name" if unique else None)]
+    sink = ("CREATE TABLE t (name STRING, v BIGINT, PRIMARY KEY (name) NOT ENFORCED) "
+            "WITH ('topic' = 't', 'format' = 'upsert-json');")
+    query = "INSERT INTO t SELECT name, v FROM s"
+    return tables, sink, query, "none" if unique else "possible"
+
+
+def shape_projection_keep_id(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """The upsert key (id) survives but differs from the sink PK (name)."""
+    unique = strategy == "ERROR" and rng.random() < 0.7
+    names = ["n1", "n2", "n3"] + (["n4", "n5", "n6"] if unique else [])
+    tables = [TableSpec("s", [Column("id", "BIGINT"), Column("name", "STRING", _pick(names)),
+                              Column("v", "BIGINT", _pick([0, 1, 2]))],
+                        "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(6),
+                        unique="name" if unique else None)]
+    sink = ("CREATE TABLE t (name STRING, id BIGINT, v BIGINT, PRIMARY KEY (name) NOT ENFORCED) "
+            "WITH ('topic' = 't', 'format' = 'upsert-json');")
+    query = "INSERT INTO t SELECT name, id, v FROM s"
+    return tables, sink, query, "none" if unique else "possible"
+
+
+SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
+    "join_id": shape_join_id,
+    "left_join_id": shape_left_join_id,
+    "join_attr": shape_join_attr,
+    "inventory": shape_inventory,
+    "agg_by_sub_key": shape_agg_by_sub_key,
+    "projection": shape_projection,
+    "projection_keep_id": shape_projection_keep_id,
+}
+
+
+def generate(seed: int, shape: str | None = None, strategy: str | None = None,
+             n_batches: int | None = None, max_changes: int = 6) -> Workload:
+    """One workload, fully determined by its arguments."""
+    rng = random.Random(f"tidemark-conformance-{seed}")
+    shape = shape or rng.choice(sorted(SHAPES))
+    strategy = strategy or rng.choice(STRATEGIES)
+    specs, sink_ddl, query, conflicts = SHAPES[shape](rng, strategy)
+    if strategy != "ERROR":
+        conflicts = "possible" if conflicts == "possible" else "none"
+    n = n_batches or rng.randint(3, 8)
+    inputs = _changelog(specs, rng, n, max_changes)
+    sql = "\n".join([*(s.ddl() for s in specs), sink_ddl, f"{query}\n  ON CONFLICT DO {strategy};"])
+    return Workload(name=f"{shape}-{strategy}-{seed}", shape=shape, strategy=strategy, seed=seed,
+                    sql=sql, inputs=inputs, conflicts=conflicts, tables={s.name: s for s in specs})
+
+
+def suite(seeds: range | list[int]) -> list[Workload]:
+    """Every shape under every strategy it makes sense for, for each seed."""
+    out = []
+    for seed in seeds:
+        for shape in sorted(SHAPES):
+            for strategy in STRATEGIES:
+                out.append(generate(seed, shape, strategy))
+    return out
+
+
+if __name__ == "__main__":  # print one workload, for reproducing a failure by hand
+    import json
+    import sys
+
+    args = sys.argv[1:]
+    w = generate(int(args[0]), *(args[1:3] if len(args) > 1 else []))
+    print(w.sql)
+    print(json.dumps(w.inputs, indent=1))
