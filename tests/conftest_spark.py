@@ -117,6 +117,21 @@ class SparkStream:
         os.rename(tmp, os.path.join(self.source_dir, f"batch-{self._files:05d}.parquet"))
         self._files += 1
 
+    def wait_for(self, done: Callable[[dict[int, list[Change]]], bool], timeout_s: float = 300) -> None:
+        """Wait until ``done(outputs)`` holds, for queries that never go idle (stages with
+        timers make Spark run a batch at every trigger). Fails on a query error."""
+        import time
+
+        from tidemark.spark.keyed import stage_error_from
+
+        deadline = time.monotonic() + timeout_s
+        while not done(self.outputs):
+            error = self.query.exception()
+            if error is not None:
+                raise stage_error_from(error) or error
+            assert time.monotonic() < deadline, f"timed out; batches so far: {sorted(self.outputs)}"
+            time.sleep(0.2)
+
     def run_batch(self, inputs: list[list[Change]]) -> list[Change]:
         """Feed one micro-batch, wait for it, return what the query emitted for it.
         A stage error is re-raised as itself (e.g. ConflictError)."""

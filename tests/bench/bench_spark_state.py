@@ -109,14 +109,14 @@ def _tws_pandas_operator(inputs, stage, metrics):
                         pdf["pos"].tolist(),
                     )
 
-            new, out = runner.run(changes(), old, int(time.time() * 1000))
-            if new is None:
+            res = runner.run(changes(), old, int(time.time() * 1000))
+            if res.stored is None:
                 if old is not None:
                     self.state.clear()
-            elif new != old:
-                self.state.update((new,))
-            if out:
-                yield pd.DataFrame.from_records(out, columns=list(K.CHANGE_COLUMNS))
+            elif res.stored != old:
+                self.state.update((res.stored,))
+            if res.rows:
+                yield pd.DataFrame.from_records(res.rows, columns=list(K.CHANGE_COLUMNS))
 
         def close(self):
             pass

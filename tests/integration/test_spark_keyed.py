@@ -115,6 +115,26 @@ class ClockStage:
         return None, [Change("+I", (key[0], ctx.batch_id, ctx.now_ms), ())]
 
 
+class WakeupStage:
+    """Asks to be woken one millisecond after it last saw records; when woken (called with
+    no records) it emits one "woke" row and asks for nothing more."""
+
+    name = "wakeup"
+    n_inputs = 1
+
+    def key_of(self, change, input_index):
+        return (change.row[0],)
+
+    def wakeup_ms(self, state):
+        return state["due"]
+
+    def process_key(self, key, inputs, state, ctx):
+        if inputs[0]:
+            return {"due": ctx.now_ms + 1}, [Change("+I", (key[0], "seen", ctx.batch_id), ())]
+        ctx.metrics["woken"] += 1
+        return {"due": None}, [Change("+I", (key[0], "woke", ctx.batch_id), ())]
+
+
 def _ins(row, pos):
     return Change("+I", row, (pos,))
 
@@ -227,3 +247,25 @@ def test_batch_id_and_processing_time_reach_the_stage(spark, spark_stream):
         assert t0 <= now_ms <= t1
         seen.append(now_ms)
     assert seen[0] <= seen[1]
+
+
+def test_stage_timer_wakes_a_key_without_records_exactly_once(spark, spark_stream):
+    stage = WakeupStage()
+    metrics = K.StageMetrics(spark)
+    stream = spark_stream(
+        lambda source: K.run_keyed_stage([K.keyed_input(source, stage)], stage, metrics=metrics)
+    )
+    stream.write_batch([[_ins(("a", 1), 1)]])
+
+    def rows(outputs):
+        return [(b, c.row) for b, cs in sorted(outputs.items()) for c in cs]
+
+    stream.wait_for(lambda out: any(r[1] == "woke" for _, r in rows(out)))
+    (seen_batch,) = [b for b, r in rows(stream.outputs) if r[1] == "seen"]
+    (woke_batch,) = [b for b, r in rows(stream.outputs) if r[1] == "woke"]
+    assert woke_batch > seen_batch
+    assert rows(stream.outputs)[-1][1] == ("a", "woke", woke_batch)  # ctx.batch_id is Spark's
+    # no-data batches keep running: the timer must not fire again
+    stream.wait_for(lambda out: max(out) >= woke_batch + 3)
+    assert [r for _, r in rows(stream.outputs) if r[1] == "woke"] == [("a", "woke", woke_batch)]
+    assert metrics.value()["wakeup.woken"] == 1

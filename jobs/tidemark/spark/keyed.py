@@ -37,11 +37,11 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import TidemarkError
-from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage
+from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, wakeup_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,13 +60,17 @@ DEFAULT_OPERATOR = "transformWithState"
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
+
 # ---------------------------------------------------------------------------- codecs
+
 
 def encode_row(row: tuple) -> bytes:
     return pickle.dumps(row, _PICKLE_PROTOCOL)
 
+
 def decode_row(data: bytes) -> tuple:
     return pickle.loads(data)
+
 
 def _canonical(value: Any) -> Any:
     """Values Python considers equal map to one representation (1 == 1.0 == True ==
@@ -85,23 +89,28 @@ def _canonical(value: Any) -> Any:
         return tuple(_canonical(v) for v in value)
     return value
 
+
 def encode_key(key: tuple) -> bytes:
     """Canonical bytes for a key: equal keys give equal bytes. ``pickle`` is not usable
     here: it memoizes repeated objects, so ``('a', 'a')`` pickles differently depending
     on whether both strings are the same object."""
     return repr(_canonical(key)).encode()
 
+
 def encode_pos(pos: tuple) -> list[int]:
     return [int(p) for p in pos]
+
 
 # ---------------------------------------------------------------------------- errors
 
 _MARKER = re.compile(r"\[tidemark-stage-error ([A-Za-z0-9+/=]+)\]")
 
+
 class StageCrash(TidemarkError):
     """A stage raised something that is not a TidemarkError: a bug, reported with where."""
 
     exit_status = 1
+
 
 class StageFailure(Exception):
     """Raised inside the Python worker; its text carries the original error pickled so the
@@ -111,6 +120,7 @@ class StageFailure(Exception):
         payload = pickle.dumps((type(error), str(error), dict(vars(error))), _PICKLE_PROTOCOL)
         marker = base64.b64encode(payload).decode()
         super().__init__(f"{type(error).__name__}: {error} [tidemark-stage-error {marker}]")
+
 
 def _rebuild(payload: str) -> TidemarkError | None:
     try:
@@ -123,6 +133,7 @@ def _rebuild(payload: str) -> TidemarkError | None:
     Exception.__init__(error, message)
     error.__dict__.update(attrs)
     return error
+
 
 def stage_error_from(exc: BaseException) -> TidemarkError | None:
     """The stage error hidden in a Spark exception (StreamingQueryException,
@@ -148,6 +159,7 @@ def stage_error_from(exc: BaseException) -> TidemarkError | None:
         todo.extend([current.__cause__, current.__context__])
     return None
 
+
 def await_stage_query(query: StreamingQuery, timeout_s: float | None = None) -> bool:
     """``query.awaitTermination`` that re-raises a stage's own error (with its message and
     exit status) instead of Spark's wrapper. Returns what awaitTermination returns."""
@@ -162,6 +174,7 @@ def await_stage_query(query: StreamingQuery, timeout_s: float | None = None) -> 
             raise error from None
         raise
 
+
 def process_all_available(query: StreamingQuery) -> None:
     """``query.processAllAvailable`` with stage errors re-raised as themselves."""
     try:
@@ -172,7 +185,9 @@ def process_all_available(query: StreamingQuery) -> None:
             raise error from None
         raise
 
+
 # ---------------------------------------------------------------------------- metrics
+
 
 class StageMetrics:
     """Sums ``ctx.metrics`` of every key and batch of the stages that share it.
@@ -203,7 +218,9 @@ class StageMetrics:
     def value(self) -> Counter:
         return Counter(self._acc.value)
 
+
 # ---------------------------------------------------------------------------- operator core
+
 
 def _batch_id() -> int:
     from pyspark import TaskContext
@@ -212,10 +229,15 @@ def _batch_id() -> int:
     value = tc.getLocalProperty(BATCH_ID_PROPERTY) if tc is not None else None
     return int(value) if value is not None else -1
 
+
 class _KeyRunner:
     """One stage call for one key: decode the key's changes, read state once, call
     ``process_key``, write state at most once, encode what it emits. Shared by both Spark
-    operators so they differ only in how state and rows reach Python."""
+    operators so they differ only in how state and rows reach Python.
+
+    The stored value is ``pickle((key, state))``: the key rides along so a timer, which
+    Spark fires with only the grouping bytes, can call ``process_key`` with the real key.
+    """
 
     def __init__(
         self,
@@ -230,21 +252,22 @@ class _KeyRunner:
     def run(
         self,
         changes: Iterable[tuple[int, str, bytes, Any]],
-        state_bytes: bytes | None,
+        stored: bytes | None,
         now_ms: int,
-    ) -> tuple[bytes | None, list[tuple]]:
-        """``changes`` yields (input, kind, row bytes, pos); returns (new state bytes or
-        None to remove, output rows in CHANGE or KEYED column order)."""
+    ) -> _Result:
+        """``changes`` yields (input, kind, row bytes, pos) — none for a timer call."""
         stage = self.stage
         inputs: list[list[Change]] = [[] for _ in range(stage.n_inputs)]
         for inp, kind, row, pos in changes:
             inputs[inp].append(Change(kind, pickle.loads(row), tuple(int(p) for p in pos)))
-        first_input = next(i for i, lst in enumerate(inputs) if lst)
-        key = stage.key_of(inputs[first_input][0], first_input)
-        state = pickle.loads(state_bytes) if state_bytes is not None else None
+        key, state = pickle.loads(stored) if stored is not None else (None, None)
+        if key is None:
+            first_input = next(i for i, lst in enumerate(inputs) if lst)
+            key = stage.key_of(inputs[first_input][0], first_input)
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
         try:
             new_state, emitted = stage.process_key(key, inputs, state, ctx)
+            wakeups = (wakeup_of(stage, state), wakeup_of(stage, new_state))
         except TidemarkError as err:
             raise StageFailure(err) from None
         except Exception as err:
@@ -255,8 +278,8 @@ class _KeyRunner:
             ) from err
         if ctx.metrics and self.accumulator is not None:
             self.accumulator.add(Counter({f"{stage.name}.{k}": v for k, v in ctx.metrics.items()}))
-        new_bytes = None if new_state is None else pickle.dumps(new_state, _PICKLE_PROTOCOL)
-        return new_bytes, self._encode(emitted)
+        new_stored = None if new_state is None else pickle.dumps((key, new_state), _PICKLE_PROTOCOL)
+        return _Result(new_stored, self._encode(emitted), *wakeups)
 
     def _encode(self, emitted: list[Change]) -> list[tuple]:
         if self.downstream is None:
@@ -267,11 +290,21 @@ class _KeyRunner:
             for c in emitted
         ]
 
+
+class _Result(NamedTuple):
+    stored: bytes | None  # None: remove the key's state
+    rows: list[tuple]  # output rows, CHANGE or KEYED column order
+    old_wakeup: int | None  # the timer registered for the state read (see wakeup_of)
+    new_wakeup: int | None  # the timer the new state needs
+
+
 def _output_schema(downstream: tuple[KeyedStage, int] | None) -> str:
     return KEYED_SCHEMA if downstream is not None else CHANGE_SCHEMA
 
+
 def _output_columns(downstream: tuple[KeyedStage, int] | None) -> tuple[str, ...]:
     return KEYED_COLUMNS if downstream is not None else CHANGE_COLUMNS
+
 
 def _pandas_state_fn(runner: _KeyRunner, columns: tuple[str, ...]):
     """The applyInPandasWithState function: state arrives with the group (no round trip)."""
@@ -287,26 +320,45 @@ def _pandas_state_fn(runner: _KeyRunner, columns: tuple[str, ...]):
                 )
 
         old = state.get[0] if state.exists else None
-        new, out = runner.run(changes(), old, state.getCurrentProcessingTimeMs())
-        if new is None:
+        res = runner.run(changes(), old, state.getCurrentProcessingTimeMs())
+        if res.stored is None:
             if old is not None:
                 state.remove()
-        elif new != old:
-            state.update((new,))
-        if out:
-            yield pd.DataFrame.from_records(out, columns=list(columns))
+        elif res.stored != old:
+            state.update((res.stored,))
+        if res.rows:
+            yield pd.DataFrame.from_records(res.rows, columns=list(columns))
 
     return fn
 
-def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...]):
+
+def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...], timers: bool):
     """A row-based transformWithState processor: one value state, read once and written
-    at most once per key per batch (each is a JVM round trip)."""
+    at most once per key per batch (each is a JVM round trip). With ``timers`` (stages
+    that have ``wakeup_ms``) it keeps one processing-time timer per key at the state's
+    wakeup time, moved only when that time changes."""
     from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
 
     class StageProcessor(StatefulProcessor):
         def init(self, handle):
+            self.handle = handle
             self.state = handle.getValueState("stage", STATE_SCHEMA)
+
+        def _apply(self, old: bytes | None, res: _Result, fired: int | None = None):
+            if res.stored is None:
+                if old is not None:
+                    self.state.clear()
+            elif res.stored != old:
+                self.state.update((res.stored,))
+            if timers and res.old_wakeup != res.new_wakeup:
+                # a fired timer is deleted by Spark after handleExpiredTimer
+                if res.old_wakeup is not None and res.old_wakeup != fired:
+                    self.handle.deleteTimer(res.old_wakeup)
+                if res.new_wakeup is not None:
+                    self.handle.registerTimer(res.new_wakeup)
+            for values in res.rows:
+                yield Row(**dict(zip(columns, values)))
 
         def handleInputRows(self, key, rows, timerValues):
             got = self.state.get()
@@ -315,21 +367,24 @@ def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...]):
             changes = (
                 (r["input"], r["kind"], r["row"], r["pos"]) for r in itertools.chain([first], rows)
             )
-            new, out = runner.run(changes, old, first["now_ms"])
-            if new is None:
-                if old is not None:
-                    self.state.clear()
-            elif new != old:
-                self.state.update((new,))
-            for values in out:
-                yield Row(**dict(zip(columns, values)))
+            yield from self._apply(old, runner.run(changes, old, first["now_ms"]))
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            got = self.state.get()
+            if got is None:
+                return
+            old = bytes(got[0])
+            res = runner.run((), old, timerValues.getCurrentProcessingTimeInMs())
+            yield from self._apply(old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
 
         def close(self):
             pass
 
     return StageProcessor()
 
+
 # ---------------------------------------------------------------------------- public API
+
 
 def keyed_input(
     changes: DataFrame,
@@ -381,6 +436,12 @@ def keyed_input(
 
     return changes.select(*CHANGE_COLUMNS).mapInArrow(fn, KEYED_SCHEMA)
 
+
+def has_timers(stage: KeyedStage) -> bool:
+    """Whether ``stage`` asks to be woken without records (``wakeup_ms``)."""
+    return hasattr(stage, "wakeup_ms")
+
+
 def run_keyed_stage(
     inputs: Sequence[DataFrame],
     stage: KeyedStage,
@@ -394,15 +455,24 @@ def run_keyed_stage(
 
     Output is ``CHANGE_SCHEMA``; with ``downstream=(next_stage, input_index)`` it is
     ``KEYED_SCHEMA`` already keyed for ``next_stage`` (saves a Python pass).
+
+    A stage with ``wakeup_ms`` gets processing-time timers. Spark then runs a (no-data)
+    micro-batch at every trigger so timers can fire: such a query never looks idle to
+    ``processAllAvailable``; watch source offsets instead.
     """
+    from pyspark.sql import functions as F
+
     if len(inputs) != stage.n_inputs:
         raise ValueError(
             f"stage '{stage.name}' takes {stage.n_inputs} input(s), got {len(inputs)}"
         )
-    from pyspark.sql import functions as F
-
     if operator not in OPERATORS:
         raise ValueError(f"unknown operator {operator!r}; choose one of {', '.join(OPERATORS)}")
+    timers = has_timers(stage)
+    if timers and operator != "transformWithState":
+        raise ValueError(
+            f"stage '{stage.name}' has timers (wakeup_ms): only transformWithState hosts it"
+        )
     df = inputs[0].select(*KEYED_COLUMNS)
     for other in inputs[1:]:
         df = df.unionByName(other.select(*KEYED_COLUMNS))
@@ -422,14 +492,15 @@ def run_keyed_stage(
     # offset log: a replayed batch sees the same now_ms.
     grouped = df.withColumn("now_ms", F.unix_millis(F.current_timestamp())).groupBy("key")
     return grouped.transformWithState(
-        _tws_processor(runner, columns),
+        _tws_processor(runner, columns, timers),
         outputStructType=_output_schema(downstream),
         outputMode="Append",
-        # "ProcessingTime" would give the batch time, but it makes Spark run a no-data batch
-        # every trigger forever (for timers), so a query is never idle: the batch time
-        # comes in the now_ms column instead.
-        timeMode="None",
+        # "ProcessingTime" makes Spark run a no-data batch at every trigger forever (so
+        # timers can fire): only stages with timers pay for it. Without it the batch time
+        # comes from the now_ms column.
+        timeMode="ProcessingTime" if timers else "None",
     )
+
 
 def changes_from_rows(rows: Iterable[Any]) -> list[Change]:
     """Decode collected ``CHANGE_SCHEMA`` rows (pyspark Rows or tuples) into Changes."""
@@ -439,11 +510,14 @@ def changes_from_rows(rows: Iterable[Any]) -> list[Change]:
         out.append(Change(kind, decode_row(bytes(row)), tuple(pos or ())))
     return out
 
+
 def changes_to_records(changes: Iterable[Change]) -> list[tuple[str, bytes, list[int]]]:
     """Encode Changes as ``CHANGE_SCHEMA`` tuples (for createDataFrame or test files)."""
     return [(c.kind, encode_row(c.row), encode_pos(c.pos)) for c in changes]
 
+
 # ---------------------------------------------------------------------------- state size
+
 
 def state_operators(progress: dict | None) -> list[dict]:
     """The ``stateOperators`` entries of a ``query.lastProgress`` (plan order: the
@@ -452,6 +526,7 @@ def state_operators(progress: dict | None) -> list[dict]:
     if not progress:
         return []
     return list(progress.get("stateOperators") or [])
+
 
 def state_rows_total(query: StreamingQuery, operator_index: int | None = None) -> int:
     """Rows in the state store after the last batch: of one stateful operator (index in
