@@ -26,6 +26,7 @@ expected to conflict somewhere (and both systems must fail at the same batch).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -65,7 +66,8 @@ class Workload:
     inputs: dict[str, list[list[dict]]]
     #: "none": no conflict can be visible at a batch end; "possible": ERROR may fail
     conflicts: str = "possible"
-    tables: dict[str, TableSpec] = field(default_factory=dict, repr=False)
+    #: PK column per keyed source table (append-only tables have none)
+    pks: dict[str, str] = field(default_factory=dict)
 
     def spec_case(self) -> dict[str, Any]:
         """This workload as a case of ``flink_oracle.py``'s job spec."""
@@ -295,6 +297,114 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
 }
 
 
+# --------------------------------------------------------------------------------------------
+# The query result, from scratch (to prove a sink row wrong without trusting either system)
+# --------------------------------------------------------------------------------------------
+
+def _join(left: list[dict], right: list[dict], lk: str, rk: str, outer: bool = False):
+    for a in left:
+        matched = [b for b in right if a[lk] is not None and a[lk] == b[rk]]
+        for b in matched:
+            yield a, b
+        if outer and not matched:
+            yield a, None
+
+
+def _inventory(t: dict[str, list[dict]]) -> list[tuple]:
+    totals: dict[Any, int] = {}
+    for o in t["orders"]:
+        totals[o["product_id"]] = totals.get(o["product_id"], 0) + o["quantity"]
+    return [(p["name"], q) for pid, q in totals.items() for p in t["products"]
+            if p["id"] == pid and q < 10]
+
+
+def _agg_by_sub_key(t: dict[str, list[dict]]) -> list[tuple]:
+    groups: dict[tuple, list[int]] = {}
+    for e in t["events"]:
+        g = groups.setdefault((e["category"], e["region"]), [0, 0])
+        g[0] += 1
+        g[1] += e["v"]
+    return [(c, r, n, total) for (c, r), (n, total) in groups.items()]
+
+
+EVALUATORS: dict[str, Callable[[dict[str, list[dict]]], list[tuple]]] = {
+    "join_id": lambda t: [(a["id"], a["level"], b["attr"]) for a, b in _join(t["s1"], t["s2"], "level", "id")],
+    "seed_s1_s2": lambda t: [(a["id"], a["level"], b["attr"]) for a, b in _join(t["s1"], t["s2"], "level", "id")],
+    "left_join_id": lambda t: [(a["id"], a["level"], b["attr"] if b else None)
+                               for a, b in _join(t["s1"], t["s2"], "level", "id", outer=True)],
+    "join_attr": lambda t: [(b["attr"], a["id"], a["level"]) for a, b in _join(t["s1"], t["s2"], "level", "id")],
+    "inventory": _inventory,
+    "seed_inventory": _inventory,
+    "agg_by_sub_key": _agg_by_sub_key,
+    "projection": lambda t: [(r["name"], r["v"]) for r in t["s"]],
+    "projection_keep_id": lambda t: [(r["name"], r["id"], r["v"]) for r in t["s"]],
+}
+
+
+def source_tables(w: "Workload", upto_batch: int) -> dict[str, list[dict]]:
+    """Each source table's rows after ``upto_batch`` batches (keyed tables by their PK,
+    append-only tables as every row inserted)."""
+    out: dict[str, list[dict]] = {}
+    for table, batches in w.inputs.items():
+        pk = w.pks.get(table)
+        keyed: dict[Any, dict] = {}
+        rows: list[dict] = []
+        for batch in batches[:upto_batch]:
+            for r in sorted(batch, key=lambda r: (r["seq"], r["kind"] in ("+I", "+U"))):
+                if pk is None:
+                    rows.append(r["row"])
+                elif r["kind"] in ("+I", "+U"):
+                    keyed[r["row"][pk]] = r["row"]
+                elif r["kind"] == "-D":
+                    keyed.pop(r["row"][pk], None)
+        out[table] = rows if pk is None else list(keyed.values())
+    return out
+
+
+def evaluate(w: "Workload", upto_batch: int) -> Counter:
+    """The multiset of rows the workload's query produces after ``upto_batch`` batches."""
+    return Counter(EVALUATORS[w.shape](source_tables(w, upto_batch)))
+
+
+def seed_examples() -> list[Workload]:
+    """The seeds' own examples, under each strategy: the s1/s2 join whose update moves a row
+    to another join key, and the inventory rollback (orders append-only)."""
+    out = []
+    s1_s2 = "\n".join([
+        "CREATE TABLE s1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 's1', 'format' = 'debezium-json');",
+        "CREATE TABLE s2 (id BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 's2', 'format' = 'debezium-json');",
+        "CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 't1', 'format' = 'upsert-json');",
+        "INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1 JOIN s2 ON s1.level = s2.id ON CONFLICT DO {strategy};",
+    ])
+    inventory = "\n".join([
+        "CREATE TABLE orders (product_id BIGINT, quantity BIGINT) WITH ('topic' = 'orders', 'format' = 'json');",
+        "CREATE TABLE products (id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'products', 'format' = 'debezium-json');",
+        "CREATE TABLE inventory (name STRING, quantity BIGINT, PRIMARY KEY (name) NOT ENFORCED) WITH ('topic' = 'inventory', 'format' = 'upsert-json');",
+        "INSERT INTO inventory SELECT name, quantity FROM (SELECT product_id, SUM(quantity) AS quantity FROM orders GROUP BY product_id) o",
+        "  JOIN products p ON o.product_id = p.id WHERE quantity < 10 ON CONFLICT DO {strategy};",
+    ])
+
+    def rec(seq: int, kind: str, **row: Any) -> dict:
+        return {"kind": kind, "row": row, "seq": seq}
+
+    for strategy in STRATEGIES:
+        out.append(Workload(
+            name=f"seed-s1-s2-{strategy}", shape="seed_s1_s2", strategy=strategy, seed=0,
+            sql=s1_s2.format(strategy=strategy), conflicts="none", pks={"s1": "id", "s2": "id"},
+            inputs={"s2": [[rec(1, "+I", id=10, attr="a1"), rec(2, "+I", id=20, attr="b1")], []],
+                    "s1": [[rec(3, "+I", id=1, level=10)],
+                           [rec(4, "-U", id=1, level=10), rec(4, "+U", id=1, level=20)]]}))
+        out.append(Workload(
+            name=f"seed-inventory-rollback-{strategy}", shape="seed_inventory", strategy=strategy, seed=0,
+            sql=inventory.format(strategy=strategy), conflicts="possible", pks={"products": "id"},
+            inputs={"products": [[rec(1, "+I", id=1, name="Football"), rec(2, "+I", id=2, name="Football"),
+                                  rec(3, "+I", id=3, name="Basketball")], [], [], []],
+                    "orders": [[], [rec(4, "+I", product_id=1, quantity=5)],
+                               [rec(5, "+I", product_id=2, quantity=6)],
+                               [rec(6, "+I", product_id=2, quantity=7)]]}))
+    return out
+
+
 def generate(seed: int, shape: str | None = None, strategy: str | None = None,
              n_batches: int | None = None, max_changes: int = 6) -> Workload:
     """One workload, fully determined by its arguments."""
@@ -308,7 +418,8 @@ def generate(seed: int, shape: str | None = None, strategy: str | None = None,
     inputs = _changelog(specs, rng, n, max_changes)
     sql = "\n".join([*(s.ddl() for s in specs), sink_ddl, f"{query}\n  ON CONFLICT DO {strategy};"])
     return Workload(name=f"{shape}-{strategy}-{seed}", shape=shape, strategy=strategy, seed=seed,
-                    sql=sql, inputs=inputs, conflicts=conflicts, tables={s.name: s for s in specs})
+                    sql=sql, inputs=inputs, conflicts=conflicts,
+                    pks={s.name: s.pk for s in specs if s.format != "json"})
 
 
 def suite(seeds: range | list[int]) -> list[Workload]:
