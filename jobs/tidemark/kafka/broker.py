@@ -151,7 +151,7 @@ class EmbeddedBroker:
 
     # ------------------------------------------------------------------ backends
     def _start_container(self) -> None:
-        from testcontainers.kafka import KafkaContainer
+        from testcontainers.community.kafka import KafkaContainer
 
         image = os.environ.get("TIDEMARK_KAFKA_IMAGE", "confluentinc/cp-kafka:7.6.0")
         container = KafkaContainer(image=image).with_kraft()
