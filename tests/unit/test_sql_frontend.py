@@ -73,7 +73,7 @@ def test_insert_without_on_conflict_and_with_column_list():
         (S1 + INS + " ON CONFLICT DO UPDATE SET level = 1", "ON CONFLICT DO UPDATE is not supported; use ON CONFLICT DO NOTHING, ON CONFLICT DO ERROR or ON CONFLICT DO DEDUPLICATE", 2, None),
         (S1 + INS + " ON CONFLICT (id) DO NOTHING", "a conflict target (ON CONFLICT (cols)) is not supported", 2, None),
         ("CREATE TABLE x (a BIGINT, PRIMARY KEY (b) NOT ENFORCED);\n" + INS, "table 'x': primary key column 'b' is not a column of the table", 1, None),
-        ("CREATE TABLE x (a BIGINT, m MAP<STRING, STRING>);\n" + INS, "unsupported column type MAP", 1, 27),
+        ("CREATE TABLE x (a BIGINT, m VARBINARY);\n" + INS, "unsupported column type VARBINARY", 1, 27),
         ("CREATE TABLE x (a BIGINT, a STRING);\n" + INS, "table 'x': column 'a' is declared twice", 1, None),
         (S1 + S1 + INS, "table 's1' is declared twice", 2, None),
         (S1 + "DROP TABLE s1;\n" + INS, "unsupported statement DROP", 2, None),

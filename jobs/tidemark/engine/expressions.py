@@ -57,6 +57,8 @@ def _sql_cast(value: Any, name: str, params: tuple) -> Any:
     if value is None:
         return None
     t = SqlType(name, params)
+    if t.is_composite:
+        return coerce_value(t, value)  # same shape, elements converted (INT -> BIGINT...)
     if t.is_string:
         if isinstance(value, bool):
             return "TRUE" if value else "FALSE"
@@ -162,6 +164,7 @@ RUNTIME_ENV: dict[str, Any] = {
     "MUL": _sql_mul,
     "Decimal": Decimal,
     "ROUND": _sql_round,
+    "SqlType": SqlType,  # composite CAST targets are rendered as SqlType(...) literals
 }
 # non-deterministic functions would break retractions (a -U must equal its +I)
 for _name in ("CURRENTDATETIME", "CURRENTTIMESTAMP", "CURRENTTIME", "CURRENTDATE"):

@@ -18,7 +18,7 @@ from sqlglot.tokens import Tokenizer, TokenType
 
 from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.errors import SqlError
-from tidemark.engine.types import ALIASES, KNOWN, SqlType, make_type
+from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
 
 ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
 
@@ -47,7 +47,8 @@ class Tidemark(Dialect):
     """Flink SQL as far as Tidemark pipelines need it."""
 
     class Tokenizer(Tokenizer):
-        KEYWORDS = {**Tokenizer.KEYWORDS, "STRING": TokenType.TEXT}
+        # Flink's ROW<name type, ...> / ROW(name type, ...) is sqlglot's STRUCT type
+        KEYWORDS = {**Tokenizer.KEYWORDS, "STRING": TokenType.TEXT, "ROW": TokenType.STRUCT}
 
     Parser = TidemarkParser
 
@@ -246,6 +247,8 @@ _DTYPE_NAMES = {
 def sql_type_of(dtype: exp.DataType, where: exp.Expr | None = None) -> SqlType:
     """Convert a sqlglot DataType (as written in DDL or CAST) into a SqlType."""
     name = dtype.this.name if hasattr(dtype.this, "name") else str(dtype.this)
+    if name in ("ARRAY", "MAP", "STRUCT"):
+        return _composite_type_of(name, dtype, where)
     mapped = _DTYPE_NAMES.get(name, name)
     if mapped is None or ALIASES.get(mapped, mapped) not in KNOWN:
         raise sql_error(f"unsupported column type {dtype.sql()}", where or dtype)
@@ -259,6 +262,35 @@ def sql_type_of(dtype: exp.DataType, where: exp.Expr | None = None) -> SqlType:
         return make_type(mapped, tuple(params))
     except ValueError as e:
         raise sql_error(str(e), where or dtype) from None
+
+
+def _composite_type_of(name: str, dtype: exp.DataType, where: exp.Expr | None) -> SqlType:
+    args = list(dtype.expressions)
+    shown = "ROW" if name == "STRUCT" else name
+    usage = {"ARRAY": "ARRAY<INT>", "MAP": "MAP<STRING, BIGINT>", "ROW": "ROW<a INT, b STRING>"}[shown]
+    try:
+        if name == "ARRAY" and len(args) == 1 and isinstance(args[0], exp.DataType):
+            return array_of(sql_type_of(args[0], where))
+        if name == "MAP" and len(args) == 2 and all(isinstance(a, exp.DataType) for a in args):
+            return map_of(sql_type_of(args[0], where), sql_type_of(args[1], where))
+        if name == "STRUCT" and args and all(isinstance(a, exp.ColumnDef) and a.args.get("kind") for a in args):
+            return row_of((a.name, sql_type_of(a.args["kind"], where)) for a in args)
+    except ValueError as e:
+        raise sql_error(str(e), where or dtype) from None
+    raise sql_error(f"unsupported column type {dtype.sql(dialect=Tidemark)} (write e.g. {usage})", where or dtype)
+
+
+def parse_type_text(text: str) -> SqlType:
+    """A type written as in DDL (``ARRAY<ROW<id BIGINT, v STRING>>``) -> SqlType; raises
+    ValueError naming the text."""
+    try:
+        dtype = exp.DataType.build(text, dialect=Tidemark)
+    except (ParseError, TokenError, ValueError) as e:
+        raise ValueError(f"unsupported column type {text!r}: {e}") from None
+    try:
+        return sql_type_of(dtype)
+    except SqlError as e:
+        raise ValueError(str(e)) from None
 
 
 def _table_def(stmt: exp.Create) -> TableDef:

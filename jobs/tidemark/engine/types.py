@@ -16,13 +16,24 @@ Decisions (others rely on them):
   Python type (e.g. from fastavro's logical types) pass through.
 - JSON output (``to_json_value``): DECIMAL -> string (exact), DATE -> ``"YYYY-MM-DD"``,
   TIMESTAMP -> ``"YYYY-MM-DD HH:MM:SS[.ffffff]"`` (Flink's SQL timestamp format).
+- Composite types, all hashable because rows are hashed in Z-sets and compared whole:
+  ``ARRAY<T>`` -> ``tuple`` of T values (JSON array in and out). ``ROW<f T, ...>`` ->
+  ``tuple`` in field order (JSON object by field name in and out -- a missing field is NULL,
+  an unknown one an error -- or a JSON array of all fields in). ``MAP<K, V>`` -> a tuple of
+  ``(key, value)`` pairs sorted by key (``map_value``), so two equal maps are one value
+  whatever the order they were written in; in: a JSON object (keys of a non-string K are
+  read from their text, as Flink's JSON format writes them: ``{"1": "a"}``) or an array of
+  ``[key, value]`` pairs; out: a JSON object with the keys as text. NULL keys are refused.
+  The merge engine's ``collect``/``merge_map``/``nested_update`` produce these same forms.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
@@ -38,6 +49,7 @@ APPROX = ("FLOAT", "DOUBLE")
 STRINGS = ("STRING", "VARCHAR", "CHAR")
 ALIASES = {"INTEGER": "INT", "REAL": "FLOAT", "TEXT": "STRING", "DEC": "DECIMAL", "NUMERIC": "DECIMAL", "BOOL": "BOOLEAN"}
 KNOWN = INTEGRAL + APPROX + STRINGS + ("DECIMAL", "BOOLEAN", "DATE", "TIMESTAMP")
+COMPOSITE = ("ARRAY", "MAP", "ROW")
 
 _EPOCH = _dt.datetime(1970, 1, 1)
 _EPOCH_DATE = _dt.date(1970, 1, 1)
@@ -46,15 +58,37 @@ _EPOCH_DATE = _dt.date(1970, 1, 1)
 @dataclass(frozen=True)
 class SqlType:
     """A column type. ``name`` is canonical (aliases resolved); ``params`` holds the
-    length of VARCHAR/CHAR, (precision, scale) of DECIMAL, the precision of TIMESTAMP."""
+    length of VARCHAR/CHAR, (precision, scale) of DECIMAL, the precision of TIMESTAMP, the
+    element type of ARRAY, (key type, value type) of MAP, ``(field name, type)`` pairs of
+    ROW. Build composite types with ``array_of``/``map_of``/``row_of``."""
 
     name: str
-    params: tuple[int, ...] = ()
+    params: tuple[Any, ...] = ()
 
     def __str__(self) -> str:
+        if self.name == "ARRAY":
+            return f"ARRAY<{self.params[0]}>"
+        if self.name == "MAP":
+            return f"MAP<{self.params[0]}, {self.params[1]}>"
+        if self.name == "ROW":
+            return "ROW<" + ", ".join(f"{_ident(n)} {t}" for n, t in self.params) + ">"
         if self.params:
             return f"{self.name}({', '.join(str(p) for p in self.params)})"
         return self.name
+
+    @property
+    def is_composite(self) -> bool:
+        return self.name in COMPOSITE
+
+    @property
+    def element(self) -> SqlType:
+        """ARRAY's element type."""
+        return self.params[0]
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """ROW's field names, in order."""
+        return tuple(n for n, _ in self.params)
 
     @property
     def is_integral(self) -> bool:
@@ -67,6 +101,33 @@ class SqlType:
     @property
     def is_string(self) -> bool:
         return self.name in STRINGS
+
+
+def _ident(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def array_of(element: SqlType) -> SqlType:
+    return SqlType("ARRAY", (element,))
+
+
+def map_of(key: SqlType, value: SqlType) -> SqlType:
+    """MAP keys must be scalar: they are written as JSON object keys (text)."""
+    if key.is_composite:
+        raise ValueError(f"MAP key type must be a scalar type, got {key}")
+    return SqlType("MAP", (key, value))
+
+
+def row_of(fields: Iterable[tuple[str, SqlType]]) -> SqlType:
+    fields = tuple((str(n), t) for n, t in fields)
+    if not fields:
+        raise ValueError("ROW needs at least one field")
+    seen: set[str] = set()
+    for n, _ in fields:
+        if n.lower() in seen:
+            raise ValueError(f"ROW field '{n}' is declared twice")
+        seen.add(n.lower())
+    return SqlType("ROW", fields)
 
 
 def make_type(name: str, params: tuple[int, ...] = ()) -> SqlType:
@@ -99,7 +160,12 @@ _TYPE_TEXT = re.compile(r"^\s*([A-Za-z_]+)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)
 
 
 def parse_type(text: str) -> SqlType:
-    """Parse ``"DECIMAL(10, 2)"``-style type text (as written in DDL)."""
+    """Parse ``"DECIMAL(10, 2)"``-style type text (as written in DDL), composite types
+    (``ARRAY<INT>``, ``MAP<STRING, BIGINT>``, ``ROW<a INT, b STRING>``) included."""
+    if "<" in text or text.strip().upper().startswith("ROW"):
+        from tidemark.engine.sql import parse_type_text  # late: sql imports this module
+
+        return parse_type_text(text)
     m = _TYPE_TEXT.match(text)
     if not m:
         raise ValueError(f"unsupported column type {text!r}")
@@ -163,7 +229,97 @@ def coerce_value(t: SqlType, value: Any) -> Any:
         return _coerce_date(t, value)
     if name == "TIMESTAMP":
         return _coerce_timestamp(t, value)
+    if name == "ARRAY":
+        return _coerce_array(t, value)
+    if name == "MAP":
+        return _coerce_map(t, value)
+    if name == "ROW":
+        return _coerce_row(t, value)
     raise ValueError(f"unsupported column type {t}")
+
+
+def _coerce_array(t: SqlType, value: Any) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise _fail(t, value)
+    out = []
+    for i, v in enumerate(value):
+        try:
+            out.append(coerce_value(t.element, v))
+        except ValueError as e:
+            raise ValueError(f"{t} element {i}: {e}") from None
+    return tuple(out)
+
+
+def map_value(entries: Mapping | Iterable[tuple[Any, Any]]) -> tuple[tuple[Any, Any], ...]:
+    """The one MAP value form: ``(key, value)`` pairs sorted by key (a mapping or pairs
+    in). Sorted so that equal maps are equal (and hash equally) as rows must; keys of one
+    MAP share a type, the repr fallback only guards against a mixed-key stage input."""
+    items = list(entries.items()) if isinstance(entries, Mapping) else [tuple(e) for e in entries]
+    try:
+        items.sort(key=lambda kv: kv[0])
+    except TypeError:
+        items.sort(key=lambda kv: repr(kv[0]))
+    return tuple(items)
+
+
+def _coerce_map_key(t: SqlType, key: Any) -> Any:
+    if key is None:
+        raise ValueError(f"{t}: a map key cannot be null")
+    if isinstance(key, str) and not t.is_string and t.name not in ("DECIMAL", "DATE", "TIMESTAMP"):
+        # JSON object keys are text: read the number/boolean they spell (Flink writes them so)
+        try:
+            key = json.loads(key)
+        except ValueError:
+            raise _fail(t, key) from None
+    return coerce_value(t, key)
+
+
+def _coerce_map(t: SqlType, value: Any) -> tuple:
+    kt, vt = t.params
+    if isinstance(value, Mapping):
+        entries = list(value.items())
+    elif isinstance(value, (list, tuple)) and all(isinstance(e, (list, tuple)) and len(e) == 2 for e in value):
+        entries = list(value)
+    else:
+        raise ValueError(f"expected {t} (an object, or an array of [key, value] pairs), got {_show(value)}")
+    out: dict[Any, Any] = {}
+    for k, v in entries:
+        try:
+            key = _coerce_map_key(kt, k)
+        except ValueError as e:
+            raise ValueError(f"{t} key {_show(k)}: {e}") from None
+        if key in out:
+            raise ValueError(f"{t}: key {_show(k)} appears twice")
+        try:
+            out[key] = coerce_value(vt, v)
+        except ValueError as e:
+            raise ValueError(f"{t} value of key {_show(k)}: {e}") from None
+    return map_value(out)
+
+
+def _coerce_row(t: SqlType, value: Any) -> tuple:
+    names = t.field_names
+    if isinstance(value, Mapping):
+        raw: list[Any] = [None] * len(names)
+        lower = {n.lower(): i for i, n in enumerate(names)}
+        for k, v in value.items():
+            i = names.index(k) if k in names else lower.get(str(k).lower())
+            if i is None:
+                raise ValueError(f"{t}: unknown field {_show(k)} (fields: {', '.join(names)})")
+            raw[i] = v
+    elif isinstance(value, (list, tuple)):
+        if len(value) != len(names):
+            raise ValueError(f"expected {t}, got {len(value)} values for {len(names)} fields")
+        raw = list(value)
+    else:
+        raise _fail(t, value)
+    out = []
+    for (name, ft), v in zip(t.params, raw):
+        try:
+            out.append(coerce_value(ft, v))
+        except ValueError as e:
+            raise ValueError(f"{t} field '{name}': {e}") from None
+    return tuple(out)
 
 
 def _coerce_decimal(t: SqlType, value: Any) -> Decimal:
@@ -225,6 +381,16 @@ def to_json_value(t: SqlType, value: Any) -> Any:
     """The JSON-serializable form of a value of type ``t`` (see module docstring)."""
     if value is None:
         return None
+    if t.name == "ARRAY":
+        return [to_json_value(t.element, v) for v in value]
+    if t.name == "MAP":
+        kt, vt = t.params
+        entries = value.items() if isinstance(value, Mapping) else value
+        return {_json_key(kt, k): to_json_value(vt, v) for k, v in entries}
+    if t.name == "ROW":
+        if isinstance(value, Mapping):  # a stage-API row given by field name
+            return {n: to_json_value(ft, value.get(n)) for n, ft in t.params}
+        return {n: to_json_value(ft, v) for (n, ft), v in zip(t.params, value)}
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, _dt.datetime):
@@ -234,10 +400,23 @@ def to_json_value(t: SqlType, value: Any) -> Any:
     return value
 
 
+def _json_key(t: SqlType, key: Any) -> str:
+    """A map key as JSON object key text: strings as they are, other scalars as their JSON
+    text (``1``, ``true``) or their JSON string form (DECIMAL, DATE, TIMESTAMP)."""
+    j = to_json_value(t, key)
+    return j if isinstance(j, str) else json.dumps(j)
+
+
 def assignable(src: SqlType, dst: SqlType) -> bool:
     """Whether INSERT may write a value of ``src`` into a column of ``dst`` (Flink's
     implicit casts on INSERT: same family, widening within numerics, any string into a
     string; an integer into DECIMAL/DOUBLE)."""
+    if src.is_composite or dst.is_composite:
+        if src.name != dst.name or len(src.params) != len(dst.params):
+            return src.name == "NULL"
+        if src.name == "ROW":
+            return all(assignable(a, b) for (_, a), (_, b) in zip(src.params, dst.params))
+        return all(assignable(a, b) for a, b in zip(src.params, dst.params))
     if src.name == dst.name:
         return True
     if src.is_numeric and dst.is_numeric:

@@ -7,6 +7,9 @@ Tidemark gets each batch shuffled (a batch is a set); Paimon gets it as one comm
 source-position order. The generator never puts a ``+X`` and a ``-X`` of the identical row
 in one batch: Tidemark cancels such pairs (docs/merge-engines.md) where Paimon applies both.
 
+Every case the planner hosts with a merge engine also runs through SQL (``compile_sql`` +
+``ReplayHost``), ARRAY/MAP/ROW columns included.
+
 What pypaimon 2.1 refuses -- sequence groups, ``ignore-delete`` on partial-update,
 retraction in the aggregation engine, ``count`` -- is covered by the ported Java tests in
 tests/unit/merge. pypaimon's ``merge_map`` cannot merge two records of one key inside a
@@ -234,14 +237,17 @@ def run_paimon(case: Case, batches: list[list[Change]], warehouse: str) -> dict[
     return table.rows()
 
 
-SQL_TYPES = {pa.int64(): "BIGINT", pa.string(): "STRING", pa.bool_(): "BOOLEAN"}
+SQL_TYPES = {
+    pa.int64(): "BIGINT", pa.string(): "STRING", pa.bool_(): "BOOLEAN",
+    pa.list_(INT): "ARRAY<BIGINT>", pa.map_(pa.string(), INT): "MAP<STRING, BIGINT>",
+    NESTED: "ARRAY<ROW<id BIGINT, v STRING>>",
+}
 
 
 def sql_for(case: Case) -> str | None:
     """The pipeline that writes the case's records into a sink with the case's options, or
-    None when a column has no SQL type (ARRAY/MAP) or the planner would not use a merge
-    engine (a ``deduplicate`` sink without merge options goes through the upsert
-    materializer)."""
+    None when the planner would not use a merge engine (a ``deduplicate`` sink without
+    merge options goes through the upsert materializer)."""
     if case.options.get("merge-engine", "deduplicate") == "deduplicate" and not routing_options("dst", case.options):
         return None
     if any(arrow not in SQL_TYPES for _, arrow, _ in case.columns):
@@ -259,17 +265,23 @@ def sql_for(case: Case) -> str | None:
 
 
 def run_replay(case: Case, batches: list[list[Change]], seed: int) -> dict[tuple, tuple]:
-    """Through SQL: compile the pipeline and run it in the in-process replay host."""
+    """Through SQL: compile the pipeline and run it in the in-process replay host. Records
+    enter as decoded JSON does (``coerce_value``: ARRAY/ROW -> tuples, MAP -> sorted pairs)
+    and the merged rows leave as JSON values (``to_json_value``), as ``tidemark replay``
+    reads and prints them."""
     from tidemark.engine.pipeline import compile_sql
     from tidemark.engine.replay import ReplayHost
+    from tidemark.engine.types import coerce_value, to_json_value
 
-    host = ReplayHost(compile_sql(sql_for(case)))
+    pipeline = compile_sql(sql_for(case))
+    types = pipeline.sink.types
+    host = ReplayHost(pipeline)
     shuffle = random.Random(seed + 2000)
     for batch in batches:
-        batch = list(batch)
+        batch = [c._replace(row=tuple(coerce_value(t, v) for t, v in zip(types, c.row))) for c in batch]
         shuffle.shuffle(batch)
-        host.run_batch({"src": batch})
-    return host.table()
+        host.run_batch({"src": batch}, now_ms=0)
+    return {k: tuple(to_json_value(t, v) for t, v in zip(types, row)) for k, row in host.table().items()}
 
 
 @pytest.mark.parametrize("seed", SEEDS)

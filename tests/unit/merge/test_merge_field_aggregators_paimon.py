@@ -155,27 +155,27 @@ def row(k0, k1, v, seq=None):
 def test_nested_update():
     agg = make("nested_update", nested_key="k0,k1")
     acc = agg.agg(None, [row(0, 0, "A")], True)
-    assert acc == [row(0, 0, "A")]
+    assert acc == (row(0, 0, "A"),)  # ARRAY values come back as tuples (hashable rows)
     acc = agg.agg(acc, [row(0, 1, "B")], False)
-    assert acc == [row(0, 0, "A"), row(0, 1, "B")]
+    assert acc == (row(0, 0, "A"), row(0, 1, "B"))
     acc = agg.agg(acc, [row(0, 1, "b")], False)
     assert sorted(acc, key=repr) == sorted([row(0, 0, "A"), row(0, 1, "b")], key=repr)
     acc = agg.retract(acc, [row(0, 1, "b")])
-    assert acc == [row(0, 0, "A")]
+    assert acc == (row(0, 0, "A"),)
 
 
 def test_nested_append():
     agg = make("nested_update")
     acc = agg.agg(None, [row(0, 1, "B")], True)
     acc = agg.agg(acc, [row(0, 1, "b")], False)
-    assert acc == [row(0, 1, "B"), row(0, 1, "b")]
-    assert agg.retract(acc, [row(0, 1, "b")]) == [row(0, 1, "B")]
+    assert acc == (row(0, 1, "B"), row(0, 1, "b"))
+    assert agg.retract(acc, [row(0, 1, "b")]) == (row(0, 1, "B"),)
 
 
 def test_nested_update_null_key_parts_merge_by_default():
     agg = make("nested_update", nested_key="k0,k1")
     acc = fold(agg, [[row(0, 0, "A")], [row(0, 1, "B")], [row(0, None, "C")], [row(None, None, "D")]])
-    assert acc == [row(0, 0, "A"), row(0, 1, "B"), row(0, None, "C"), row(None, None, "D")]
+    assert acc == (row(0, 0, "A"), row(0, 1, "B"), row(0, None, "C"), row(None, None, "D"))
 
 
 def test_collect_distinct():
@@ -205,9 +205,9 @@ def test_collect_without_distinct():
 def test_collect_retract():
     agg = make("collect", distinct="true")
     assert sorted(agg.retract([1, 2, 3], [1])) == [2, 3]
-    assert agg.retract([(1, "A"), (1, "B"), (2, "B")], [(1, "A"), (2, "B")]) == [(1, "B")]
-    assert agg.retract([[1, 1], [1, 2], [2, 1]], [[1, 1], [1, 2]]) == [[2, 1]]
-    assert agg.retract([{1: "A"}, {2: "B", 1: "A"}, {1: "C"}], [{1: "A"}, {1: "A", 2: "B"}]) == [{1: "C"}]
+    assert agg.retract([(1, "A"), (1, "B"), (2, "B")], [(1, "A"), (2, "B")]) == ((1, "B"),)
+    assert agg.retract([[1, 1], [1, 2], [2, 1]], [[1, 1], [1, 2]]) == ([2, 1],)
+    assert agg.retract([{1: "A"}, {2: "B", 1: "A"}, {1: "C"}], [{1: "A"}, {1: "A", 2: "B"}]) == ({1: "C"},)
     # one occurrence per retracted element
     assert sorted(agg.retract([1, 1, 2, 2, 3], [1, 2, 3])) == [1, 2]
 
@@ -216,15 +216,17 @@ def test_merge_map():
     agg = make("merge_map")
     assert agg.agg(None, None, True) is None
     acc = agg.agg(None, {1: "A"}, True)
-    assert acc == {1: "A"}
-    acc = agg.agg(acc, {1: "A", 2: "B"}, False)
-    assert acc == {1: "A", 2: "B"}
-    acc = agg.agg(acc, {1: "a", 3: "c"}, False)
-    assert acc == {1: "a", 2: "B", 3: "c"}
+    assert acc == ((1, "A"),)  # MAP values come back as key-sorted (key, value) pairs
+    acc = agg.agg(acc, {2: "B", 1: "A"}, False)
+    assert acc == ((1, "A"), (2, "B"))
+    acc = agg.agg(acc, {3: "c", 1: "a"}, False)
+    assert acc == ((1, "a"), (2, "B"), (3, "c"))
+    assert hash(acc) == hash(agg.agg({1: "a", 2: "B"}, ((3, "c"),), False))
 
 
 def test_merge_map_retract():
-    assert make("merge_map").retract({1: "A", 2: "B", 3: "C"}, {1: "A", 2: "A"}) == {3: "C"}
+    assert make("merge_map").retract({1: "A", 2: "B", 3: "C"}, {1: "A", 2: "A"}) == ((3, "C"),)
+    assert make("merge_map").retract(((1, "A"), (3, "C")), ((3, "x"),)) == ((1, "A"),)
 
 
 # -- FieldAggregatorRetractNullTest --------------------------------------------------------

@@ -74,10 +74,10 @@ def test_nested_update_example_order_wide():
     f.add(1, None, None, [{"sub_order_id": 1, "product_name": "pen", "price": 2}])
     f.add(1, None, None, [{"sub_order_id": 2, "product_name": "ink", "price": 5}])
     f.add(1, None, None, [{"sub_order_id": 1, "product_name": "pen", "price": 3}])
-    assert h.row(1) == (1, "alice", "street 1", [
+    assert h.row(1) == (1, "alice", "street 1", (
         {"sub_order_id": 1, "product_name": "pen", "price": 3},
         {"sub_order_id": 2, "product_name": "ink", "price": 5},
-    ])
+    ))
 
 
 def test_collect_retraction_caveat_from_the_seed():
@@ -86,7 +86,7 @@ def test_collect_retraction_caveat_from_the_seed():
                 input_retracts=True)
     h.run([c("-U", 1, ["A"], pos=1)])
     h.run([c("+I", 1, ["A", "B"], pos=2)])
-    assert h.row(1) == (1, ["A", "B"])
+    assert h.row(1) == (1, ("A", "B"))
 
 
 def test_merge_map_retraction_caveat_from_the_seed():
@@ -97,7 +97,7 @@ def test_merge_map_retraction_caveat_from_the_seed():
     f.add(1, {1: "A"})
     f.add(1, {1: "B"})
     f.add(1, {1: "B"}, kind="-D")
-    assert h.row(1) == (1, {})
+    assert h.row(1) == (1, ())  # the empty MAP
 
 
 def test_deduplicate_keeps_latest_and_delete_deletes():

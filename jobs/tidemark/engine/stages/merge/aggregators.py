@@ -9,9 +9,14 @@ this field yet in the current fold: ``first_value`` needs it, because a null can
 value. Functions never mutate their arguments: accumulators end up in state and in emitted
 rows, and a shared list mutated later would corrupt both.
 
-Values are plain Python: numbers, ``str``, ``bool``, ``decimal.Decimal``; ARRAY values are
-lists (or tuples), MAP values are dicts, nested ROWs (for ``nested_update``) are dicts keyed
-by field name.
+Values are plain Python: numbers, ``str``, ``bool``, ``decimal.Decimal``, and the forms of
+``tidemark.engine.types`` for composite columns, which are what functions return: an ARRAY
+is a tuple, a MAP a tuple of ``(key, value)`` pairs sorted by key (``types.map_value``), a
+ROW a tuple in field order. Results must be hashable: rows are hashed in Z-sets. As inputs
+(the stage API without SQL types, Arrow-decoded values) lists are read as arrays, dicts as
+maps, and nested rows may also be dicts keyed by field name; ``nested_update`` reads its
+``nested-key`` by name from those, or by position from tuple rows when the column type
+(``ARRAY<ROW<...>>``) is known.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stages.merge.ordering import freeze as _freeze
+from tidemark.engine.types import map_value
 
 #: Integral ranges, for overflow checks when the column type is known.
 INT_RANGES: dict[str, tuple[int, int]] = {
@@ -315,10 +321,10 @@ class Collect(FieldAgg):
                 for element in _as_list(part, self.name):
                     if element not in out:
                         out.append(element)
-            return out
+            return tuple(out)
         if acc is None or value is None:
-            return list(_as_list(acc if value is None else value, self.name))
-        return list(_as_list(acc, self.name)) + list(_as_list(value, self.name))
+            return tuple(_as_list(acc if value is None else value, self.name))
+        return tuple(_as_list(acc, self.name)) + tuple(_as_list(value, self.name))
 
     def retract(self, acc, value):
         if acc is None:
@@ -329,7 +335,7 @@ class Collect(FieldAgg):
         for element in _as_list(value, self.name):
             if element in out:
                 out.remove(element)
-        return out
+        return tuple(out)
 
 
 class MergeMap(FieldAgg):
@@ -343,10 +349,10 @@ class MergeMap(FieldAgg):
         if acc is None and value is None:
             return None
         if acc is None or value is None:
-            return _as_map(acc if value is None else value)
-        merged = dict(_as_map(acc))
+            return map_value(_as_map(acc if value is None else value))
+        merged = _as_map(acc)
         merged.update(_as_map(value))
-        return merged
+        return map_value(merged)
 
     def retract(self, acc, value):
         if acc is None:
@@ -354,7 +360,7 @@ class MergeMap(FieldAgg):
         if value is None:
             return acc
         removed = set(_as_map(value))
-        return {k: v for k, v in _as_map(acc).items() if k not in removed}
+        return map_value({k: v for k, v in _as_map(acc).items() if k not in removed})
 
 
 class NestedUpdate(FieldAgg):
@@ -365,31 +371,37 @@ class NestedUpdate(FieldAgg):
     name = "nested_update"
     retractable = True
 
-    def __init__(self, type_name: str | None, field: str, nested_key: tuple[str, ...]):
+    def __init__(self, type_name: str | None, field: str, nested_key: tuple[str, ...],
+                 row_fields: tuple[str, ...] | None = None):
         super().__init__(type_name)
         self.field = field
         self.nested_key = nested_key
+        #: positions of the nested key in tuple rows, when the ROW type is known
+        self.key_positions = (tuple(row_fields.index(k) for k in nested_key)
+                              if row_fields is not None else None)
 
     def _key(self, row: Any) -> tuple:
-        if not isinstance(row, Mapping):
-            raise MergeError(
-                f"'nested_update' needs rows as objects to read nested-key "
-                f"{', '.join(self.nested_key)}; got {row!r}"
-            )
-        return tuple(_freeze(row.get(k)) for k in self.nested_key)
+        if isinstance(row, Mapping):
+            return tuple(_freeze(row.get(k)) for k in self.nested_key)
+        if isinstance(row, tuple) and self.key_positions is not None:
+            return tuple(_freeze(row[i]) for i in self.key_positions)
+        raise MergeError(
+            f"'nested_update' cannot read nested-key {', '.join(self.nested_key)} from "
+            f"{row!r}: rows must be objects, or the column must be declared ARRAY<ROW<...>>"
+        )
 
     def agg(self, acc, value, fresh):
         if value is None:
             return acc
         if not self.nested_key:
-            rows = [r for r in _as_list(acc, self.name) if r is not None] if acc is not None else []
-            return rows + [r for r in _as_list(value, self.name) if r is not None]
+            rows = tuple(r for r in _as_list(acc, self.name) if r is not None) if acc is not None else ()
+            return rows + tuple(r for r in _as_list(value, self.name) if r is not None)
         by_key: dict = {}
         for part in (acc, value):
             for row in _as_list(part, self.name):
                 if row is not None:
                     by_key[self._key(row)] = row
-        return list(by_key.values())
+        return tuple(by_key.values())
 
     def retract(self, acc, value):
         if acc is None or value is None:
@@ -403,7 +415,7 @@ class NestedUpdate(FieldAgg):
                 rows = [r for r in rows if self._key(r) != key]
             else:
                 rows = [r for r in rows if r != gone]
-        return rows
+        return tuple(rows)
 
 
 #: Every function the seed lists, and whether Paimon lets it take retractions.
@@ -444,9 +456,12 @@ def create(
     field_options: Mapping[str, str],
     ignore_retract: bool,
     option_key: str,
+    sql_type: Any = None,
 ) -> FieldAgg:
     """Build the aggregator for one field. ``option_key`` is the option that chose the
-    function, so an error names what the user wrote."""
+    function, so an error names what the user wrote. ``sql_type`` (a
+    ``tidemark.engine.types.SqlType``, when the planner knows it) lets ``nested_update``
+    check its nested key against the ROW fields and read it from tuple rows."""
     if func not in _ACCEPTS:
         raise PlanError(
             f"option '{option_key}': unknown aggregate function '{func}'; "
@@ -456,7 +471,8 @@ def create(
     if type_name is not None and accepts is not None and type_name not in accepts:
         raise PlanError(
             f"option '{option_key}': aggregate function '{func}' does not support column "
-            f"'{field}' of type {type_name} (supported: {', '.join(sorted(accepts))})"
+            f"'{field}' of type {sql_type if sql_type is not None else type_name} "
+            f"(supported: {', '.join(sorted(accepts))})"
         )
     agg: FieldAgg
     if func == "listagg":
@@ -465,8 +481,8 @@ def create(
     elif func == "collect":
         agg = Collect(type_name, _bool_option(field_options, "distinct", field))
     elif func == "nested_update":
-        keys = field_options.get("nested-key", "")
-        agg = NestedUpdate(type_name, field, tuple(k.strip() for k in keys.split(",") if k.strip()))
+        keys = tuple(k.strip() for k in field_options.get("nested-key", "").split(",") if k.strip())
+        agg = NestedUpdate(type_name, field, keys, _nested_row_fields(field, sql_type, keys, option_key))
     else:
         agg = _SIMPLE[func](type_name)
     return IgnoreRetract(agg) if ignore_retract else agg
@@ -478,6 +494,28 @@ _SIMPLE: dict[str, type[FieldAgg]] = {
     "first_value": FirstValue, "first_non_null_value": FirstNonNullValue,
     "bool_and": BoolAnd, "bool_or": BoolOr, "merge_map": MergeMap,
 }
+
+
+def _nested_row_fields(field: str, sql_type: Any, keys: tuple[str, ...],
+                       option_key: str) -> tuple[str, ...] | None:
+    """The ROW field names of an ``ARRAY<ROW<...>>`` column (None when the type is not
+    known); a nested key naming no field is a PlanError, as in Paimon."""
+    if getattr(sql_type, "name", None) != "ARRAY":
+        return None
+    element = sql_type.params[0]
+    if element.name != "ROW":
+        raise PlanError(
+            f"option '{option_key}': 'nested_update' needs column '{field}' to be "
+            f"ARRAY<ROW<...>>, it is {sql_type}"
+        )
+    names = element.field_names
+    for k in keys:
+        if k not in names:
+            raise PlanError(
+                f"option 'fields.{field}.nested-key': field '{k}' is not in {element} "
+                f"(column '{field}')"
+            )
+    return names
 
 
 def _bool_option(field_options: Mapping[str, str], suffix: str, field: str) -> bool:

@@ -137,6 +137,7 @@ def parse(
     if not pk:
         raise PlanError(f"table '{table}': a merge engine needs a PRIMARY KEY")
     type_names = _type_names(columns, types)
+    sql_types = list(types) if types is not None else [None] * len(columns)
     opts = {k: str(v) for k, v in options.items()}
     index = {name: i for i, name in enumerate(columns)}
 
@@ -179,9 +180,9 @@ def parse(
     elif engine == "deduplicate":
         pass
     elif engine == "aggregation":
-        _parse_aggregation(cfg, opts, field_opts, type_names)
+        _parse_aggregation(cfg, opts, field_opts, type_names, sql_types)
     else:
-        _parse_partial_update(cfg, opts, index, field_opts, type_names)
+        _parse_partial_update(cfg, opts, index, field_opts, type_names, sql_types)
     return cfg
 
 
@@ -285,7 +286,8 @@ def _validate_first_row(cfg: MergeConfig) -> None:
         )
 
 
-def _parse_aggregation(cfg: MergeConfig, opts: dict, field_opts: dict, types: list) -> None:
+def _parse_aggregation(cfg: MergeConfig, opts: dict, field_opts: dict, types: list,
+                       sql_types: list) -> None:
     default = opts.get("fields.default-aggregate-function")
     cfg.aggregation_remove_record_on_delete = _bool(opts, "aggregation.remove-record-on-delete")
     if cfg.aggregation_remove_record_on_delete and cfg.ignore_delete:
@@ -306,7 +308,7 @@ def _parse_aggregation(cfg: MergeConfig, opts: dict, field_opts: dict, types: li
         else:
             func, key = "last_non_null_value", f"fields.{name}.aggregate-function"
         ignore_retract = _bool(fopts, "ignore-retract", f"fields.{name}.ignore-retract")
-        agg = aggregators.create(func, name, types[i], fopts, ignore_retract, key)
+        agg = aggregators.create(func, name, types[i], fopts, ignore_retract, key, sql_types[i])
         if retracts and not agg.retractable:
             raise PlanError(
                 f"option '{key}': aggregate function '{func}' on column '{name}' cannot take "
@@ -319,7 +321,7 @@ def _parse_aggregation(cfg: MergeConfig, opts: dict, field_opts: dict, types: li
 
 
 def _parse_partial_update(cfg: MergeConfig, opts: dict, index: dict, field_opts: dict,
-                          types: list) -> None:
+                          types: list, sql_types: list) -> None:
     groups: list[SequenceGroup] = []
     owner: dict[int, str] = {}
     for key in sorted(k for k in opts if k.startswith("fields.") and k.endswith(".sequence-group")):
@@ -376,7 +378,7 @@ def _parse_partial_update(cfg: MergeConfig, opts: dict, index: dict, field_opts:
         else:
             continue
         ignore_retract = _bool(fopts, "ignore-retract", f"fields.{name}.ignore-retract")
-        agg = aggregators.create(func, name, types[i], fopts, ignore_retract, key)
+        agg = aggregators.create(func, name, types[i], fopts, ignore_retract, key, sql_types[i])
         if i not in in_group and func != "last_non_null_value":
             raise PlanError(
                 f"option '{key}': partial-update can only aggregate fields inside a sequence "
