@@ -92,44 +92,70 @@ class UpsertSink:
         self.metrics: Counter = Counter()
 
     def write_batch(self, df: DataFrame, batch_id: int) -> int:
-        """Write one batch; returns the number of records produced."""
+        """Write one batch; returns the number of records produced.
+
+        Two Arrow passes, no Python RDD shuffle (pickling every change through
+        ``groupByKey`` cost ~5x more): tag each change with its encoded Kafka key, shuffle
+        by that key and sort within partitions so a key's changes are adjacent, then
+        consolidate each run of one key and produce."""
         bootstrap, table, url, topic, timeout = self.bootstrap, self.table, self.registry_url, self.topic, self.flush_timeout_s
 
-        def key_pairs(rows: Iterator[Any]) -> Iterator[tuple[bytes, Change]]:
-            encoder = Encoder(table, url)
-            for c in _changes_of(rows):
-                yield encoder.encode_key(c.row, topic), c
+        def add_key(batches: Iterator[Any]) -> Iterator[Any]:
+            import pyarrow as pa
 
-        def produce(groups: Iterator[tuple[bytes, Iterable[Change]]]) -> Iterator[int]:
+            from tidemark.spark.keyed import decode_row
+
+            encoder = Encoder(table, url)
+            for batch in batches:
+                keys = [encoder.encode_key(decode_row(r), topic) for r in batch.column("row").to_pylist()]
+                yield batch.append_column("key", pa.array(keys, pa.binary()))
+
+        def produce(batches: Iterator[Any]) -> Iterator[Any]:
+            import pyarrow as pa
             from confluent_kafka import Producer
 
             encoder = Encoder(table, url)
             producer = Producer(producer_config(bootstrap))
             errors: list[str] = []
+            n = 0
 
             def on_delivery(err, msg) -> None:
                 if err is not None:
                     errors.append(err.str())
 
-            n = 0
-            for key, changes in groups:
+            def emit(key: bytes, changes: list[Change]) -> int:
                 final = net_upsert(changes)
                 if final is None:
-                    continue
+                    return 0
                 _, value = encoder.encode(final, topic)
                 while True:
                     try:
                         producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                        break
+                        return 1
                     except BufferError:
                         producer.poll(0.1)
-                n += 1
+
+            current: bytes | None = None
+            run: list[Change] = []
+            for batch in batches:
+                for r, change in zip(batch.column("key").to_pylist(), _changes_of(batch.to_pylist())):
+                    if r != current and run:
+                        n += emit(current, run)
+                        run = []
+                    current = r
+                    run.append(change)
+            if run:
+                n += emit(current, run)
             if producer.flush(timeout) or errors:
                 raise SinkWriteError(f"upsert sink '{topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
-            yield n
+            yield pa.RecordBatch.from_pydict({"n": pa.array([n], pa.int64())})
 
-        rdd = df.select("kind", "row", "pos").rdd.mapPartitions(key_pairs)
-        written = sum(rdd.groupByKey().mapPartitions(produce).collect())
+        keyed = df.select("kind", "row", "pos").mapInArrow(
+            add_key, "kind string, row binary, pos array<bigint>, key binary"
+        )
+        written = sum(
+            r["n"] for r in keyed.repartition("key").sortWithinPartitions("key").mapInArrow(produce, "n bigint").collect()
+        )
         self.metrics["records_written"] += written
         self.metrics["batches"] += 1
         return written
