@@ -153,3 +153,21 @@ def test_without_docker_or_tansu_the_error_says_what_was_tried(monkeypatch):
         EmbeddedBroker().start()
     text = str(err.value)
     assert "no reachable Docker engine" in text and "no tansu binary" in text and "KAFKA_BOOTSTRAP_SERVERS" in text
+
+
+def test_end_offsets_count_whole_batches_and_stop_before_open_transactions(kafka_bootstrap, make_topic):
+    topic = make_topic()
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 50})
+    for i in range(100):  # one produce batch
+        p.produce(topic, value=b"%d" % i)
+    p.flush()
+    assert end_offsets(kafka_bootstrap, [topic]) == {topic: {0: 100}}
+    txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-open"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, value=b"open")
+    txn.flush(30)
+    assert end_offsets(kafka_bootstrap, [topic]) == {topic: {0: 100}}
+    assert end_offsets(kafka_bootstrap, [topic], committed_only=False) == {topic: {0: 101}}
+    txn.commit_transaction(30)
+    assert end_offsets(kafka_bootstrap, [topic])[topic][0] == 102  # record + commit marker

@@ -8,6 +8,7 @@ start without racing each other.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -83,30 +84,66 @@ def partition_counts(bootstrap: str, topics: Iterable[str], timeout_s: float = 1
     return out
 
 
+def stable_end_offsets(
+    consumer: Consumer,
+    partitions: Iterable[tuple[str, int]],
+    known: Mapping[tuple[str, int], int] | None = None,
+    timeout_s: float = 30.0,
+) -> dict[tuple[str, int], int]:
+    """The end of each partition as a ``read_committed`` consumer sees it: the last
+    stable offset (nothing of an open transaction). ``consumer`` must be configured with
+    ``enable.partition.eof``; its assignment is replaced and then cleared.
+
+    The end is where a *fetch* reports end-of-partition, not what ListOffsets says,
+    because the Tansu broker's ListOffsets is wrong (measured: the base offset of the last
+    record batch + 1, and 0 while a transaction is open). So one fetch per partition,
+    starting at the later of ``known`` (an offset known to be stable, e.g. the previous
+    end) and ListOffsets' answer - 1: on Apache Kafka that reads one record, on Tansu at
+    most what is new. A partition whose fetch reports no end in time keeps its ``known``
+    offset (or its low watermark): it does not advance rather than guess."""
+    known = known or {}
+    listed = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s) for tp in partitions}
+    begin = {tp: max(lo, hi - 1, known.get(tp, lo)) for tp, (lo, hi) in listed.items()}
+    if not begin:
+        return {}
+    consumer.assign([TopicPartition(t, p, off) for (t, p), off in begin.items()])
+    ends: dict[tuple[str, int], int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ends) < len(begin) and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
+                ends[(m.topic(), m.partition())] = m.offset()
+    finally:
+        consumer.unassign()
+    return {tp: ends.get(tp, known.get(tp, listed[tp][0])) for tp in begin}
+
+
 def end_offsets(
     bootstrap: str, topics: Iterable[str], *, committed_only: bool = True, timeout_s: float = 10.0
 ) -> dict[str, dict[int, int]]:
     """``{topic: {partition: end offset}}``. With ``committed_only`` the end is the last
-    stable offset (records of open transactions are not counted)."""
+    stable offset (records of open transactions are not counted). See
+    ``stable_end_offsets`` for why this fetches rather than trusting ListOffsets."""
     counts = partition_counts(bootstrap, topics, timeout_s)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "tidemark-admin",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",
         }
     )
     try:
-        return {
-            topic: {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
-                for p in range(n)
-            }
-            for topic, n in counts.items()
-        }
+        ends = stable_end_offsets(consumer, [(t, p) for t, n in counts.items() for p in range(n)], timeout_s=timeout_s)
     finally:
         consumer.close()
+    out: dict[str, dict[int, int]] = {t: {} for t in counts}
+    for (t, p), off in ends.items():
+        out[t][p] = off
+    return out
 
 
 def describe_cleanup_policy(bootstrap: str, topic: str, timeout_s: float = 10.0) -> str | None:

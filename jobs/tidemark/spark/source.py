@@ -157,42 +157,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def _end(self, start: Offsets | None = None) -> Offsets:
-        """The end of every partition: its last stable offset (nothing beyond an open
-        transaction is ever planned).
+        """The last stable offset of every partition (nothing beyond an open transaction
+        is ever planned), measured by a fetch from ``start`` on: see
+        ``tidemark.kafka.admin.stable_end_offsets``."""
+        from tidemark.kafka.admin import stable_end_offsets
 
-        The end is where a ``read_committed`` *fetch* reports end-of-partition, not what
-        ListOffsets says, because the Tansu broker's ListOffsets is wrong (measured: the
-        base offset of the last record batch + 1, and 0 while a transaction is open).
-        So one fetch per partition, starting at the later of ``start`` (a known stable
-        offset) and ListOffsets' answer - 1: on Apache Kafka that reads one record, on
-        Tansu at most what is new. A partition whose probe sees no end-of-partition in
-        time does not advance in this trigger."""
-        from confluent_kafka import KafkaError, TopicPartition
-
-        consumer = self._admin_consumer()
-        listed = {
-            (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=self.timeout_s)
-            for t, parts in self._partitions().items()
-            for p in parts
-        }
-        known = {(t, p): (start or {}).get(t, {}).get(str(p)) for (t, p) in listed}
-        begin = {
-            tp: max(lo, hi - 1, known[tp] if known[tp] is not None else lo) for tp, (lo, hi) in listed.items()
-        }
-        consumer.assign([TopicPartition(t, p, off) for (t, p), off in begin.items()])
-        ends: dict[tuple[str, int], int] = {}
-        deadline = time.monotonic() + self.timeout_s
-        try:
-            while len(ends) < len(begin) and time.monotonic() < deadline:
-                m = consumer.poll(0.2)
-                if m is not None and m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
-                    ends[(m.topic(), m.partition())] = m.offset()
-        finally:
-            consumer.unassign()
+        partitions = [(t, p) for t, parts in self._partitions().items() for p in parts]
+        known = {(t, p): start[t][str(p)] for t, p in partitions if start and str(p) in start.get(t, {})}
+        ends = stable_end_offsets(self._admin_consumer(), partitions, known, self.timeout_s)
         out: Offsets = {}
-        for (t, p), off in begin.items():
-            fallback = known[(t, p)] if known[(t, p)] is not None else listed[(t, p)][0]
-            out.setdefault(t, {})[str(p)] = ends.get((t, p), fallback)
+        for (t, p), off in ends.items():
+            out.setdefault(t, {})[str(p)] = off
         return out
 
     def initialOffset(self) -> Offsets:
