@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import TYPE_CHECKING
 
 from tidemark.engine.errors import TidemarkError
@@ -77,6 +78,33 @@ def check_java(min_major: int = MIN_JAVA) -> int:
     return major
 
 
+_LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = {level}
+"""
+
+
+def _log_config(level: str) -> str:
+    """A log4j2 file for the driver JVM, so startup chatter (default-profile notices,
+    native-hadoop and hostname warnings) is gone before ``setLogLevel`` can act."""
+    path = os.path.join(tempfile.gettempdir(), f"tidemark-log4j2-{level.lower()}.properties")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(_LOG4J2.format(level=level.lower()))
+        os.replace(tmp, path)
+    return path
+
+
 def build_session(
     app_name: str = "tidemark",
     master: str | None = None,
@@ -94,6 +122,10 @@ def build_session(
     # Workers must run the same interpreter (and so see the same packages) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or os.environ.get("TIDEMARK_SPARK_MASTER") or "local[*]"
+    if master.startswith("local"):
+        # one machine: bind to loopback instead of warning about the hostname
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     from pyspark.sql import SparkSession
 
@@ -113,11 +145,10 @@ def build_session(
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         # A laptop-sized default: pipelines are many small batches, not one big one.
         "spark.sql.adaptive.enabled": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log_config(log_level)}",
     }
     conf.update(extra_conf or {})
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("TIDEMARK_SPARK_MASTER") or "local[*]"
-    )
+    builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
