@@ -210,6 +210,9 @@ def test_join_then_materializer_in_one_query_matches_python_hosts(spark, spark_s
         got = stream.run_batch(inputs)
         want = ref_mat.run([ref_join.run(inputs)])
         assert bag(got) == bag(want), f"batch {i}"
+        # state_operators lists the operator nearest the sink first: materializer, join
+        rows = [op["numRowsTotal"] for op in K.state_operators(stream.query.lastProgress)]
+        assert rows == [len(ref_mat.state), len(ref_join.state)], f"state rows after batch {i}"
     ops = K.state_operators(stream.query.lastProgress)
     assert len(ops) == 2
     assert sum(op["numRowsTotal"] for op in ops) == 0  # join and materializer both empty

@@ -9,12 +9,14 @@ form Spark can group on) and ``input`` (which input of a 2-input stage it came f
 ``KEYED_SCHEMA``. A 2-input stage (a join) unions both inputs and groups by key, so one
 call sees both sides of a key.
 
-State is the stage's state value pickled into ONE binary state value per key. A batch
-makes a constant number of state operations per key (one read, at most one write or
-remove), never one per row: see ``docs/benchmarks.md`` "Spark state hosting" for why the
-default operator is ``applyInPandasWithState`` (its state travels with the group's data,
-so a state access is no JVM round trip) rather than ``transformWithState`` (kept here as
-``operator="transformWithState"`` for the benchmark and for comparison).
+State is ``(key, state)`` pickled into ONE binary value state per key. A batch makes a
+constant number of state operations per key (one read, at most one write or remove),
+never one per row. The operator is ``transformWithState`` (row-based, Spark 4.1+): it is
+the fastest of the three candidates for many keys (docs/benchmarks.md, "Spark state
+hosting") and the only one that can be chained (Spark rejects two
+``applyInPandasWithState`` in one query, and a pipeline has several keyed stages).
+``operator="applyInPandasWithState"`` stays available for a query with a single keyed
+stage and for the benchmark. Stages with ``wakeup_ms`` get processing-time timers.
 
 Errors: a ``TidemarkError`` raised by a stage (e.g. ``ConflictError``) crosses the Python
 worker -> JVM -> driver boundary only as text. ``StageFailure`` wraps it with a marker
@@ -30,9 +32,8 @@ accumulator (``StageMetrics``) that the driver reads; only tasks that succeed co
 from __future__ import annotations
 
 import base64
-import datetime as _dt
-import pickle
 import itertools
+import pickle
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
