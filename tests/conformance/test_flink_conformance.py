@@ -63,7 +63,12 @@ WORKLOADS = _workloads()
 REPRODUCTIONS = {w.name: w for w in generate.reproductions()}
 #: reproductions of differences where Tidemark is wrong (docs/conformance.md "Open differences");
 #: reported as xfail while Tidemark differs; passes once the stage is fixed (then drop the entry)
-OPEN_DIFFERENCES = {"dedup-identical-copies-retract-oldest"}
+OPEN_DIFFERENCES = {
+    "dedup-identical-copies-retract-oldest",
+    "dedup-reinserted-same-row-keeps-old-position",
+    "dedup-rejoined-same-row-keeps-old-position",
+    "dedup-identical-copies-retract-newest",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,25 +248,26 @@ def test_sink_rows_come_from_the_query(w: generate.Workload) -> None:
 @pytest.mark.parametrize("name", sorted(set(REPRODUCTIONS) - OPEN_DIFFERENCES))
 def test_flink_defect_reproduction(name: str, flink: dict[str, dict]) -> None:
     """Each documented Flink defect, on its minimal input: Flink gives the wrong table the
-    docs show, Tidemark the correct one, and the defect's check claims exactly this case."""
+    docs show, Tidemark the one the strategy defines, and the defect's check fires."""
     w = REPRODUCTIONS[name]
     assert flink[name]["ok"], flink[name]["error"]
     assert flink[name]["steps"] == w.expect["flink"]
-    assert run_tidemark(w).steps == w.expect["correct"]
+    assert run_tidemark(w).steps == w.expect["truth"]
     why, proves = FLINK_DEFECTS[name]
     assert proves(w, flink[name]) == len(w.expect["flink"]), why
 
 
 @pytest.mark.parametrize("name", sorted(OPEN_DIFFERENCES))
 def test_open_difference_reproduction(name: str, flink: dict[str, dict]) -> None:
-    """Where Tidemark is the one that is wrong: its table must equal Flink's (which is the
-    correct one here); xfail while the stage still differs."""
+    """Where Tidemark differs from Flink (docs/conformance.md "Open differences"): Flink gives
+    the documented table, and Tidemark must give the same; xfail while the stage differs."""
     w = REPRODUCTIONS[name]
-    assert flink[name]["steps"] == w.expect["flink"] == w.expect["correct"]
+    assert flink[name]["ok"], flink[name]["error"]
+    assert flink[name]["steps"] == w.expect["flink"]
     ours = run_tidemark(w).steps
-    if ours != w.expect["correct"]:
+    if ours != w.expect["flink"]:
         pytest.xfail(f"open difference '{name}' (docs/conformance.md): Tidemark gives {ours}, "
-                     f"Flink and the correct answer {w.expect['correct']}")
+                     f"Flink {w.expect['flink']}")
 
 
 def test_workloads_exercise_conflicts_and_failures(flink: dict[str, dict]) -> None:
