@@ -128,6 +128,8 @@ class Pipeline:
                 head += f" {n.table}"
             elif n.kind == "join":
                 head += f" {n.detail['join_type']}"
+                if n.detail.get("strategy") == "delta":
+                    head += f" (delta join, {n.detail['delta_join']['consistency']})"
             elif n.kind == "materializer":
                 head += f" ON CONFLICT DO {n.detail['strategy']}"
             elif n.kind == "merge_engine":
@@ -173,6 +175,14 @@ class Pipeline:
             out.append("on: " + " AND ".join(d["on"]))
             if d.get("residual"):
                 out.append(f"residual: {d['residual']}")
+            if d.get("strategy"):
+                out.append(f"strategy: {d['strategy']} join; {d.get('strategy_reason', '')}".rstrip("; "))
+            if d.get("delta_join"):
+                dj = d["delta_join"]
+                out.append("indexes: " + ", ".join(f"{s} {ix}" for s, ix in dj["indexes"].items()))
+                cache = "cache: off" if not dj["cache_enabled"] else (
+                    f"cache: {dj['cache_sizes']['left']} left / {dj['cache_sizes']['right']} right join keys (LRU)")
+                out.append(cache)
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
             out.append(f"aggregates: {', '.join(d['aggregates'])}")

@@ -290,6 +290,8 @@ class Planner:
         self.used_tables: dict[str, TableDef] = {}
         self.materializer_reason: str | None = None
         self.sink_sources: dict[int, str] = {}  # sink position -> query column name
+        # eventual delta joins: join node id -> (regular join stage, mode, upsert keys) to fall back to
+        self._delta_fallback: dict[int, tuple[Any, str, frozenset]] = {}
 
     # ------------------------------------------------------------------ node helpers
 
@@ -540,7 +542,74 @@ class Planner:
                 "residual": to_spark_sql(res_expr, names) if res_expr is not None else None,
             },
         )  # fmt: skip
+        self._choose_delta_join(node, left, right, lkeys, rkeys)
         return node.id
+
+    def _choose_delta_join(self, node: Node, left: Node, right: Node, lkeys: list[int], rkeys: list[int]) -> None:
+        """Delta join or regular join (``tidemark.engine.delta_plan`` has the rules)."""
+        from tidemark.engine import delta_plan as dp
+        from tidemark.engine.stages.delta_join import DeltaJoin
+
+        opts = dp.read_options(self.script.options)
+        node.detail["strategy"] = "regular"
+        if opts.strategy == "NONE":
+            node.detail["strategy_reason"] = f"SET '{dp.STRATEGY}' = 'NONE'"
+            return
+        join_type = node.detail["join_type"]
+        try:
+            q = dp.qualify(self, join_type, left.id, right.id, lkeys, rkeys, opts)
+        except dp.NotQualified as e:
+            self._not_delta(node, str(e), opts.strategy)
+            return
+        regular = node.stage
+        node.stage = DeltaJoin(
+            join_type, tuple(lkeys), tuple(rkeys), left.width, right.width, residual=regular.residual,
+            sides=(q.left.side, q.right.side), consistency=opts.consistency, cache_enabled=opts.cache_enabled,
+            cache_sizes=opts.cache_sizes, name=node.name,
+        )  # fmt: skip
+        node.detail.update(strategy="delta", strategy_reason=q.why, delta_join=node.stage.describe())
+        if opts.consistency == "eventual":
+            self._delta_fallback[node.id] = (regular, node.changelog_mode, node.upsert_keys)
+            node.changelog_mode = "upsert"
+            # (left PK, right PK) identifies an output row; equal join columns may stand in for each other
+            same = {left.width + r: l for l, r in zip(lkeys, rkeys)}
+            right_pk = [p + left.width for p in q.right.pk_positions]
+            pairs = {Key(q.left.pk_positions) | Key(right_pk), Key(q.left.pk_positions) | Key(same.get(p, p) for p in right_pk)}
+            node.upsert_keys = node.upsert_keys | pairs
+
+    def _not_delta(self, node: Node, reason: str, strategy: str) -> None:
+        from tidemark.engine import delta_plan as dp
+
+        if strategy == "FORCE":
+            raise PlanError(
+                f"SET '{dp.STRATEGY}' = 'FORCE': join [{node.id}] ON {' AND '.join(node.detail['on'])} "
+                f"cannot be a delta join: {reason}"
+            )
+        node.detail["strategy"] = "regular"
+        node.detail["strategy_reason"] = f"not a delta join: {reason}"
+
+    def _check_eventual_delta(self, query_out: int, sink: TableDef) -> bool:
+        """Downstream rules of eventual delta joins (known only now); a join failing them
+        goes back to a regular join (AUTO) or fails planning (FORCE). True when an
+        eventual delta join feeds the sink."""
+        from tidemark.engine import delta_plan as dp
+
+        feeding = False
+        for join_id, (regular, mode, keys) in list(self._delta_fallback.items()):
+            node = self.node(join_id)
+            try:
+                dp.check_downstream(self, join_id, query_out, sink)
+            except dp.NotQualified as e:
+                node.stage, node.changelog_mode, node.upsert_keys = regular, mode, keys
+                node.detail.pop("delta_join", None)
+                self._not_delta(node, str(e), dp.read_options(self.script.options).strategy)
+                continue
+            feeding = True
+            n = self.node(query_out)
+            while n.id != join_id:  # calcs between the join and the sink carry its upsert stream
+                n.changelog_mode = "upsert"
+                n = self.node(n.inputs[0])
+        return feeding
 
     @staticmethod
     def _unique_names(names: list[str]) -> list[str]:
@@ -827,6 +896,10 @@ class Planner:
         inp = self.node(input_id)
         pk = Key(sink.pk_indexes)
         sink_mode = sink.changelog_mode
+        # an eventual delta join emits duplicates and deletes by key: unless the sink writes
+        # upserts by its key, a materializer applies them by the upsert key
+        eventual_delta = self._check_eventual_delta(input_id, sink)
+        force_mat = eventual_delta and sink_mode != "upsert"
         engine = sink.merge_engine
         detail: dict[str, Any] = {"format": sink.format, "primary_key": list(sink.primary_key)}
         if sink_mode == "upsert" and not sink.primary_key:
@@ -843,17 +916,21 @@ class Planner:
             input_id = self._merge_engine(ins, sink, inp, engine or "deduplicate", merge_keys)
             detail["merge_engine"] = engine or "deduplicate"
         elif sink.primary_key:
-            if pk in inp.upsert_keys:
+            if pk in inp.upsert_keys and not force_mat:
                 self.materializer_reason = None
                 if ins.on_conflict is not None:
                     detail["on_conflict_ignored"] = (
                         f"ON CONFLICT DO {ins.on_conflict} has no effect: the upsert key equals the primary key"
                     )
             else:
-                ukey = inp.upsert_key
+                ukey = choose_key(inp.upsert_keys, prefer=pk)
                 key_names = format_key(self._query_names(sink, ukey))
                 pk_names = format_key(list(sink.primary_key))
                 why = (
+                    f"an eventually consistent delta join emits duplicates and deletes by key, which the "
+                    f"materializer applies by the upsert key {key_names} before the {sink_mode} sink '{sink.name}'"
+                    if pk in inp.upsert_keys
+                    else
                     f"the upsert key {key_names} of the query differs from the primary key {pk_names} "
                     f"of sink table '{sink.name}'"
                     if ukey is not None
@@ -863,7 +940,8 @@ class Planner:
                 if inp.changelog_mode == "append" and ukey is None:
                     why += " (append-only input)"
                 self.materializer_reason = why
-                if ins.on_conflict is None:
+                strategy = ins.on_conflict or ("DEDUPLICATE" if pk in inp.upsert_keys else None)
+                if strategy is None:
                     raise PlanError(
                         f"{why}: several rows may map to one primary key, so a sink upsert materializer is "
                         "needed and the query must say how conflicts are resolved. Add one of: "
@@ -878,13 +956,13 @@ class Planner:
                 name = f"materializer:{sink.name}"
                 stage = SinkMaterializer(
                     sink.name, sink.pk_indexes, tuple(sink.primary_key), ukey if ukey else None,
-                    ins.on_conflict, ttl_ms=ttl_ms or None, name=name,
+                    strategy, ttl_ms=ttl_ms or None, name=name,
                 )  # fmt: skip
                 node = self._add(
                     "materializer", name, [input_id], sink.column_names, sink.types,
                     upsert_keys=frozenset({pk}), changelog_mode="retract", stage=stage,
                     detail={
-                        "strategy": ins.on_conflict, "primary_key": list(sink.primary_key),
+                        "strategy": strategy, "primary_key": list(sink.primary_key),
                         "upsert_key": inp.key_names(ukey), "reason": why, "ttl_ms": ttl_ms,
                     },
                 )  # fmt: skip
