@@ -41,6 +41,10 @@ ALIASES = {
 STRATEGIES = ("AUTO", "FORCE", "NONE")
 
 
+def _a(word: str) -> str:
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
 class NotQualified(Exception):
     """The join cannot be a delta join; ``str(e)`` says why."""
 
@@ -128,7 +132,7 @@ def trace_side(planner: Any, node_id: int, join_cols: list[int], which: str) -> 
         raise NotQualified(f"the {which} input is the output of join [{n.id}]: cascading joins are not supported")
     if n.kind != "source":
         raise NotQualified(
-            f"the {which} input comes from a {n.kind} stage [{n.id}]; only calc stages (projection/filter) may sit "
+            f"the {which} input comes from {_a(n.kind)} stage [{n.id}]; only calc stages (projection/filter) may sit "
             "between a source and a delta join"
         )
     table: TableDef = planner.used_tables[n.table]
@@ -213,7 +217,7 @@ def check_downstream(planner: Any, join_id: int, query_out: int, sink: TableDef)
     while n.id != join_id:
         if n.kind != "calc":
             raise NotQualified(
-                f"its output feeds a {n.kind} stage [{n.id}]; an eventually consistent delta join emits duplicates "
+                f"its output feeds {_a(n.kind)} stage [{n.id}]; an eventually consistent delta join emits duplicates "
                 "and deletes by key, which only the sink may absorb (calc stages may sit in between)"
             )
         n = planner.node(n.inputs[0])
