@@ -69,13 +69,14 @@ class Workload:
     #: for the named reproductions: {"flink": the tables Flink gives after each batch,
     #: "truth": the tables the strategy's definition gives, from the source rows' identities}
     expect: dict[str, Any] | None = None
+    #: Flink options for this workload (e.g. the DEDUPLICATE materializer implementation)
+    options: dict[str, str] = field(default_factory=dict)
     #: PK column per keyed source table (append-only tables have none)
     pks: dict[str, str] = field(default_factory=dict)
 
     def spec_case(self) -> dict[str, Any]:
         """This workload as a case of ``flink_oracle.py``'s job spec."""
-        return {"id": self.name, "sql": self.sql, "inputs": self.inputs,
-                }
+        return {"id": self.name, "sql": self.sql, "inputs": self.inputs, "options": self.options}
 
     def n_batches(self) -> int:
         return max(len(b) for b in self.inputs.values())
@@ -518,13 +519,21 @@ def generate(seed: int, shape: str | None = None, strategy: str | None = None,
                     pks={s.name: s.pk for s in specs if s.format != "json"})
 
 
-def suite(seeds: range | list[int]) -> list[Workload]:
-    """Every shape under every strategy it makes sense for, for each seed."""
+#: Flink's other DEDUPLICATE implementation (SinkUpsertMaterializerV2 on a sequenced multiset)
+V2_OPTIONS = {"table.exec.sink.upsert-materialize-strategy.type": "MAP"}
+
+
+def suite(seeds: range | list[int], with_v2: bool = False) -> list[Workload]:
+    """Every shape under every strategy, for each seed; with ``with_v2`` each DEDUPLICATE
+    workload also runs against Flink's ``SinkUpsertMaterializerV2`` (``...-MAP``)."""
     out = []
     for seed in seeds:
         for shape in sorted(SHAPES):
             for strategy in STRATEGIES:
-                out.append(generate(seed, shape, strategy))
+                w = generate(seed, shape, strategy)
+                out.append(w)
+                if with_v2 and strategy == "DEDUPLICATE":
+                    out.append(Workload(**{**w.__dict__, "name": f"{w.name}-MAP", "options": V2_OPTIONS}))
     return out
 
 

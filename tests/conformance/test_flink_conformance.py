@@ -56,7 +56,7 @@ FULL_SEEDS = int(os.environ.get("TIDEMARK_CONFORMANCE_SEEDS", "150"))
 
 def _workloads() -> list[generate.Workload]:
     seeds = list(range(1, FULL_SEEDS + 1)) if FULL else FAST_SEEDS
-    return generate.seed_examples() + generate.suite(seeds)
+    return generate.seed_examples() + generate.suite(seeds, with_v2=FULL)
 
 
 WORKLOADS = _workloads()
@@ -191,7 +191,8 @@ def _diff_message(w: generate.Workload, batch: int, ours: Any, theirs: Any) -> s
     for table, batches in w.inputs.items():
         for i, b in enumerate(batches[:batch]):
             lines.append(f"  {table} batch {i + 1}: " + json.dumps([[r['seq'], r['kind'], r['row']] for r in b]))
-    lines.append(f"reproduce: python tests/conformance/generate.py {w.seed} {w.shape} {w.strategy}")
+    lines.append(f"reproduce: python tests/conformance/generate.py {w.seed} {w.shape} {w.strategy}"
+                 + (f"  (Flink options {w.options})" if w.options else ""))
     return "\n".join(lines)
 
 
