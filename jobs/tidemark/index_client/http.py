@@ -1,0 +1,85 @@
+"""The delta join's ``lookup`` callable over HTTP: one ``POST /v1/lookup`` per call (a
+batch of keys), rows decoded back into Python values with the table's column types.
+Used by hosts that run the stage away from the data (Spark tasks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import httpx
+
+from tidemark.engine.catalog import TableDef
+from tidemark.engine.errors import TidemarkError
+from tidemark.engine.types import coerce_value, to_json_value
+
+
+class IndexLookupError(TidemarkError):
+    exit_status = 1
+
+
+class HttpLookup:
+    def __init__(self, url: str, tables: Mapping[str, TableDef], token: str | None = None, timeout_s: float = 60.0):
+        self.url = url.rstrip("/")
+        self.tables = dict(tables)
+        self.token = token
+        self.timeout_s = timeout_s
+        self._client: httpx.Client | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_client": None}
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            self._client = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s)
+        return self._client
+
+    def __call__(
+        self,
+        table: str,
+        index: str,
+        keys: Sequence[tuple],
+        min_offsets: Mapping[int, int] | None = None,
+        as_of: Mapping[int, int] | None = None,
+    ) -> list[list[tuple[tuple, tuple]]]:
+        tdef = self.tables[table]
+        body = {
+            "table": table,
+            "index": index,
+            "keys": [[_json(v) for v in k] for k in keys],
+            "min_offsets": {str(p): o for p, o in (min_offsets or {}).items()} or None,
+            "as_of": {str(p): o for p, o in (as_of or {}).items()} if as_of is not None else None,
+        }
+        resp = self.client.post("/v1/lookup", json=body)
+        if resp.status_code != 200:
+            try:
+                detail = resp.json().get("detail")
+            except ValueError:
+                detail = resp.text
+            raise IndexLookupError(f"index lookup on '{table}' failed ({resp.status_code}): {detail}")
+        types = tdef.types
+        return [
+            [(tuple(coerce_value(t, v) for t, v in zip(types, row)), ()) for row in per_key]
+            for per_key in resp.json()["rows"]
+        ]
+
+    def register(self, table: TableDef, ddl: str, history: bool = True) -> None:
+        resp = self.client.post("/v1/tables", json={"ddl": ddl, "history": history})
+        if resp.status_code not in (200, 201):
+            raise IndexLookupError(f"registering table '{table.name}' failed ({resp.status_code}): {resp.text}")
+
+
+def _json(value):
+    """Key values as JSON (the service coerces them with the index columns' types)."""
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return value
+
+
+__all__ = ["HttpLookup", "IndexLookupError", "to_json_value"]

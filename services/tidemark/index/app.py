@@ -1,0 +1,259 @@
+"""The index service's REST API (``docs/delta-join.md`` has the reference).
+
+- ``POST /v1/tables`` (token): register a source table: its ``CREATE TABLE`` text (with
+  ``'index.<name>.columns'`` options), optionally the topic (default: the ``topic``
+  option, else the table name). The service reads the topic from the beginning.
+- ``GET /v1/tables``: every table with applied offsets per partition, rows, history.
+- ``POST /v1/lookup``: one table, one index, a batch of keys -> the rows per key, in one
+  round trip (JSON). ``min_offsets`` waits (up to ``timeout_ms``, bounded by the service)
+  until the index has applied them, else 503 naming what is missing; ``as_of`` answers
+  from the version history as of those offsets (and waits for them too).
+- ``POST /v1/tables/{name}/release`` (token): no lookup will ask as of offsets below these
+  any more; older versions are dropped.
+- ``/healthz``; ``/readyz`` (503 until every table's initial load has caught up);
+  ``/metrics`` (Prometheus).
+
+Bad requests are 4xx with a message; lookups are plain ``def`` handlers, which FastAPI runs
+in its thread pool, so a waiting lookup blocks a worker thread, not the event loop.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
+
+from tidemark.control.middleware import BodySizeLimit
+from tidemark.engine.catalog import TableDef
+from tidemark.engine.errors import TidemarkError
+from tidemark.engine.sql import _table_def, parse_statements
+from tidemark.engine.types import coerce_value, to_json_value
+from tidemark.index_client.store import PRIMARY, AsOfUnavailable
+from tidemark.index.feed import TableFeed
+
+MAX_KEYS = 10_000
+
+
+class TableRegistration(BaseModel):
+    ddl: str = Field(description="CREATE TABLE statement of the source table", max_length=100_000)
+    topic: str | None = Field(default=None, description="Topic to read (default: the table's 'topic' option)")
+    history: bool = Field(default=True, description="Keep versions for as-of lookups (strong delta joins)")
+
+
+class LookupRequest(BaseModel):
+    table: str
+    index: str = PRIMARY
+    keys: list[list[Any]] = Field(max_length=MAX_KEYS)
+    min_offsets: dict[int, int] | None = None
+    as_of: dict[int, int] | None = None
+    timeout_ms: int | None = Field(default=None, ge=0)
+
+
+class Release(BaseModel):
+    offsets: dict[int, int]
+
+
+class IndexService:
+    """The tables being indexed; shared by the API handlers and the metrics collector."""
+
+    def __init__(self, bootstrap: str, max_wait_ms: int = 30_000, feed_factory: type[TableFeed] = TableFeed):
+        self.feed_factory = feed_factory
+        self.bootstrap = bootstrap
+        self.max_wait_ms = max_wait_ms
+        self.feeds: dict[str, TableFeed] = {}
+        self.lock = threading.Lock()
+
+    def register(self, reg: TableRegistration) -> TableFeed:
+        stmts = parse_statements(reg.ddl)
+        if len(stmts) != 1 or type(stmts[0]).__name__ != "Create":
+            raise HTTPException(400, "ddl: expected exactly one CREATE TABLE statement")
+        table = _table_def(stmts[0])
+        from tidemark.engine.delta_plan import declared_indexes
+
+        declared_indexes(table)  # unknown index columns -> PlanError (400)
+        if not table.primary_key:
+            raise HTTPException(400, f"table '{table.name}' has no PRIMARY KEY; the index keeps the latest row per key")
+        topic = reg.topic or table.options.get("topic") or table.name
+        with self.lock:
+            old = self.feeds.get(table.name)
+            if old is not None:
+                if old.topic == topic and old.table == table and old.index.keep_history == reg.history:
+                    return old  # registering the same table again is a no-op
+                raise HTTPException(409, f"table '{table.name}' is already registered with another definition")
+            feed = self.feed_factory(table, topic, self.bootstrap, reg.history)
+            self.feeds[table.name] = feed
+        feed.start()
+        return feed
+
+    def feed(self, name: str) -> TableFeed:
+        feed = self.feeds.get(name)
+        if feed is None:
+            raise HTTPException(404, f"no table '{name}' is registered (registered: {', '.join(sorted(self.feeds)) or 'none'})")
+        return feed
+
+    def close(self) -> None:
+        for feed in list(self.feeds.values()):
+            feed.stop()
+
+
+def describe(feed: TableFeed) -> dict[str, Any]:
+    with feed.cond:
+        idx = feed.index
+        return {
+            "table": feed.table.name,
+            "topic": feed.topic,
+            "indexes": {n: [feed.table.column_names[i] for i in s.columns] for n, s in idx.indexes.items()},
+            "applied_offsets": dict(idx.applied),
+            "initial_end_offsets": feed.initial_end,
+            "released_offsets": dict(idx.horizon),
+            "rows": idx.rows,
+            "history_versions": idx.history_versions,
+            "history": idx.keep_history,
+            "ready": feed.initial_end is not None and idx.caught_up(feed.initial_end),
+            "records": feed.records,
+            "bad_records": feed.bad_records,
+            "error": feed.error,
+        }
+
+
+def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: int = 4 * 1024 * 1024) -> FastAPI:
+    """``api_token=None`` means ``--insecure-dev``: mutating endpoints need no token."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        try:
+            yield
+        finally:
+            service.close()
+
+    app = FastAPI(title="Tidemark index service", version="1", lifespan=lifespan,
+                  description="Delta-join lookup index over source topics.")
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    registry = CollectorRegistry()
+    lookups = Counter("tidemark_index_lookups", "Lookup requests", ["table", "outcome"], registry=registry)
+    lookup_keys = Counter("tidemark_index_lookup_keys", "Keys looked up", ["table"], registry=registry)
+    latency = Histogram("tidemark_index_lookup_seconds", "Lookup latency (including fence waits)", ["table"],
+                        registry=registry, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
+
+    class TableCollector:
+        def collect(self):
+            rows = GaugeMetricFamily("tidemark_index_rows", "Current rows per table", labels=["table"])
+            hist = GaugeMetricFamily("tidemark_index_history_versions", "Versions kept for as-of lookups", labels=["table"])
+            applied = GaugeMetricFamily("tidemark_index_applied_offset", "Next offset to apply", labels=["table", "partition"])
+            ready = GaugeMetricFamily("tidemark_index_ready", "1 once the initial load caught up", labels=["table"])
+            for name, feed in sorted(service.feeds.items()):
+                d = describe(feed)
+                rows.add_metric([name], d["rows"])
+                hist.add_metric([name], d["history_versions"])
+                ready.add_metric([name], 1 if d["ready"] else 0)
+                for p, off in sorted(d["applied_offsets"].items()):
+                    applied.add_metric([name, str(p)], off)
+            yield from (rows, hist, applied, ready)
+
+    registry.register(TableCollector())
+    bearer = HTTPBearer(auto_error=False)
+
+    def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        if api_token is None:
+            return
+        given = creds.credentials.encode() if creds is not None else b""
+        if creds is None or not secrets.compare_digest(given, api_token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        msgs = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        return JSONResponse({"detail": "; ".join(msgs)}, status_code=400)
+
+    @app.exception_handler(TidemarkError)
+    async def _tidemark(_req: Request, exc: TidemarkError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz(response: Response) -> dict:
+        tables = {name: describe(f) for name, f in service.feeds.items()}
+        waiting = [n for n, d in tables.items() if not d["ready"]]
+        failed = {n: d["error"] for n, d in tables.items() if d["error"]}
+        if waiting or failed:
+            response.status_code = 503
+            return {"status": "loading", "loading": waiting, "failed": failed}
+        return {"status": "ready", "tables": sorted(tables)}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/tables", status_code=201, dependencies=[Depends(authorize)])
+    def register(reg: TableRegistration) -> dict:
+        return describe(service.register(reg))
+
+    @app.get("/v1/tables")
+    def tables() -> dict:
+        return {"tables": [describe(f) for _, f in sorted(service.feeds.items())]}
+
+    @app.get("/v1/tables/{name}")
+    def table(name: str) -> dict:
+        return describe(service.feed(name))
+
+    @app.post("/v1/tables/{name}/release", dependencies=[Depends(authorize)])
+    def release(name: str, body: Release) -> dict:
+        feed = service.feed(name)
+        with feed.cond:
+            dropped = feed.index.release(body.offsets)
+        return {"dropped_versions": dropped, **describe(feed)}
+
+    @app.post("/v1/lookup")
+    def lookup(req: LookupRequest) -> dict:
+        feed = service.feed(req.table)
+        spec = feed.index.indexes.get(req.index)
+        if spec is None:
+            raise HTTPException(400, f"table '{req.table}' has no index '{req.index}' (it has: {', '.join(feed.index.indexes)})")
+        table: TableDef = feed.table
+        types = [table.columns[i].type for i in spec.columns]
+        keys = []
+        for n, raw in enumerate(req.keys):
+            if len(raw) != len(types):
+                raise HTTPException(400, f"keys[{n}]: index '{req.index}' has {len(types)} column(s), got {len(raw)} value(s)")
+            try:
+                keys.append(tuple(coerce_value(t, v) for t, v in zip(types, raw)))
+            except ValueError as exc:
+                raise HTTPException(400, f"keys[{n}]: {exc}") from None
+        wait = [o for o in (req.min_offsets, req.as_of) if o]
+        timeout_ms = min(req.timeout_ms if req.timeout_ms is not None else service.max_wait_ms, service.max_wait_ms)
+        with latency.labels(req.table).time():
+            for offsets in wait:
+                if not feed.wait_applied(offsets, timeout_ms / 1000):
+                    lookups.labels(req.table, "timeout").inc()
+                    with feed.cond:
+                        applied = dict(feed.index.applied)
+                    raise HTTPException(503, f"table '{req.table}': offsets {offsets} not applied within "
+                                             f"{timeout_ms} ms (applied: {applied}{'; ' + feed.error if feed.error else ''})")
+            with feed.cond:
+                try:
+                    found = feed.index.lookup(req.index, keys, req.as_of)
+                except AsOfUnavailable as exc:
+                    lookups.labels(req.table, "as_of_unavailable").inc()
+                    raise HTTPException(409, str(exc)) from None
+                applied = dict(feed.index.applied)
+        lookups.labels(req.table, "ok").inc()
+        lookup_keys.labels(req.table).inc(len(keys))
+        col_types = table.types
+        rows = [[[to_json_value(t, v) for t, v in zip(col_types, row)] for row, _pos in per_key] for per_key in found]
+        return jsonable_encoder({"rows": rows, "applied_offsets": applied})
+
+    return app

@@ -1,0 +1,137 @@
+"""One registered table: a consumer thread that follows its topic from the beginning into a
+``TableIndex``, and the condition lookups wait on until offsets are applied.
+
+The consumer uses ``assign()`` on every partition (no consumer group: group subscribe is
+slow on the Tansu broker and the index needs every partition anyway) and decodes records
+with the table's format (``tidemark.formats``), so Debezium envelopes, upsert tombstones
+and changelog records mean what they mean to the job. A record that does not decode is
+counted and skipped (the job sends it to its dead-letter topic; the index must not stop).
+"Caught up" is the end of every partition measured when the feed started.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from tidemark.engine.catalog import TableDef
+from tidemark.formats import DecodeError, decoder_for
+from tidemark.index_client.local import index_for
+from tidemark.index_client.store import TableIndex
+from tidemark.kafka.admin import end_offsets
+
+log = logging.getLogger("tidemark.index.feed")
+
+
+class TableFeed:
+    def __init__(self, table: TableDef, topic: str, bootstrap: str, keep_history: bool = True):
+        self.table = table
+        self.topic = topic
+        self.bootstrap = bootstrap
+        self.index: TableIndex = index_for(table, keep_history)
+        self.decoder = decoder_for(table)
+        self.cond = threading.Condition()
+        self.initial_end: dict[int, int] | None = None
+        self.error: str | None = None
+        self.records = 0
+        self.bad_records = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"index-feed-{table.name}", daemon=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    @property
+    def ready(self) -> bool:
+        with self.cond:
+            return self.initial_end is not None and self.index.caught_up(self.initial_end)
+
+    def _run(self) -> None:
+        try:
+            ends = end_offsets(self.bootstrap, [self.topic])[self.topic]
+            with self.cond:
+                self.initial_end = dict(ends)
+                for p in ends:
+                    self.index.mark_applied(p, 0)
+                self.cond.notify_all()
+            consumer = Consumer({
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"tidemark-index-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 20,
+                "log_level": 2,
+            })  # fmt: skip
+            try:
+                consumer.assign([TopicPartition(self.topic, p, 0) for p in sorted(ends)])
+                while not self._stop.is_set():
+                    msgs = consumer.consume(num_messages=5000, timeout=0.1)
+                    if msgs:
+                        self._apply(msgs)
+                    self._advance_to_positions(consumer)
+            finally:
+                consumer.close()
+        except Exception as exc:  # keep serving what is loaded; /readyz reports the failure
+            log.exception("index feed of table '%s' failed", self.table.name)
+            with self.cond:
+                self.error = f"{type(exc).__name__}: {exc}"
+                self.cond.notify_all()
+
+    def _apply(self, msgs: list) -> None:
+        with self.cond:
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        log.warning("table '%s': %s", self.table.name, err.str())
+                    continue
+                p, off = m.partition(), m.offset()
+                try:
+                    changes = self.decoder.decode(m.key(), m.value(), (p, off), m.topic())
+                except DecodeError as exc:
+                    self.bad_records += 1
+                    log.warning("table '%s' %s[%d]@%d skipped: %s", self.table.name, self.topic, p, off, exc)
+                    changes = []
+                self.records += 1
+                self.index.apply(changes, p, off)
+            self.cond.notify_all()
+
+    def _advance_to_positions(self, consumer: Consumer) -> None:
+        """Offsets with no record for us (transaction markers, compacted gaps) count as
+        applied once the consumer's position is past them."""
+        try:
+            positions = consumer.position(consumer.assignment())
+        except Exception:
+            return
+        moved = False
+        with self.cond:
+            for tp in positions:
+                if tp.offset is not None and tp.offset >= 0 and tp.offset > self.index.applied.get(tp.partition, 0):
+                    self.index.mark_applied(tp.partition, tp.offset)
+                    moved = True
+            if moved:
+                self.cond.notify_all()
+
+    # ------------------------------------------------------------------ waiting
+
+    def wait_applied(self, offsets: Mapping[int, int], timeout_s: float) -> bool:
+        """Block until every ``offsets[p]`` is applied (True) or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while not self.index.caught_up(offsets):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.error is not None:
+                    return False
+                self.cond.wait(left)
+            return True
