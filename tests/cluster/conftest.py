@@ -1,0 +1,32 @@
+"""A Spark standalone cluster (master + one worker from the pyspark distribution, on
+loopback) shared by the cluster tests of a module."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tidemark.spark.cluster import LocalStandaloneCluster
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def standalone_cluster() -> Iterator[LocalStandaloneCluster]:
+    cluster = LocalStandaloneCluster(cores=2, worker_memory_mb=1024).start()
+    groups = [proc.pid for proc in cluster._procs.values()]
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+    # the worker's group held the executors and their Python workers: all gone
+    leftover = [g for g in groups if _group_alive(g)]
+    assert not leftover, f"cluster processes left behind in process groups {leftover}"
