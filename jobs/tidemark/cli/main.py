@@ -24,6 +24,10 @@ from tidemark.control.cli import control as _control  # noqa: E402
 
 app.command("control")(_control)
 
+from tidemark.cli.run import run as _run  # noqa: E402
+
+app.command("run")(_run)
+
 from tidemark.index.cli import index as _index  # noqa: E402
 
 app.command("index")(_index)

@@ -1,0 +1,348 @@
+"""Run a compiled pipeline as one Spark Structured Streaming query, Kafka to Kafka.
+
+``PipelineJob`` owns the query's lifecycle: it makes sure the topics exist, builds the
+query frame (``tidemark.spark.query``), writes each micro-batch in ``foreachBatch`` (the
+dead letters, then the sink changes), and turns Spark's progress into one ``BatchReport``
+per batch. ``run_pipeline`` is the blocking call tests and ``tidemark run`` use.
+
+Delivery: the upsert sink is idempotent per batch, the changelog and dead-letter writers
+are transactional per batch id (``tidemark.spark.sink``), so replaying the batch a crash
+interrupted changes nothing downstream. The transactional writers are identified by
+``<pipeline>.<sink table>.<run id>`` / ``<pipeline>.dlq.<run id>``, where the run id is
+created with the checkpoint (``tidemark-run.json`` in it): a restart from the checkpoint
+continues the same writers, while a fresh checkpoint (batch ids from 0 again) gets fresh
+writers instead of having its first batches skipped as "already committed".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidemark.engine.errors import TidemarkError
+from tidemark.engine.pipeline import Pipeline
+from tidemark.spark.keyed import StageMetrics, stage_error_from
+from tidemark.spark.progress import BatchReport, SinkBatch, report_from
+from tidemark.spark.query import build_query_frame, source_tables, split_batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+RUN_FILE = "tidemark-run.json"
+DEFAULT_TRIGGER_INTERVAL = "500 milliseconds"
+
+
+class JobError(TidemarkError):
+    """The streaming query failed for a reason that is not a stage's own error."""
+
+    exit_status = 1
+
+
+def default_checkpoint(name: str) -> str:
+    return os.path.join("checkpoints", name)
+
+
+def run_id_of(checkpoint: str) -> str:
+    """The id of the run a checkpoint belongs to, created with it (see module docstring).
+    Checkpoints on a non-local file system (``scheme://``) use the checkpoint path."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        return uuid.uuid5(uuid.NAMESPACE_URL, checkpoint).hex[:12]
+    path = Path(checkpoint.removeprefix("file://")) / RUN_FILE
+    if path.exists():
+        return str(json.loads(path.read_text(encoding="utf-8"))["run_id"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:12]
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"run_id": run_id}), encoding="utf-8")
+    os.replace(tmp, path)
+    return run_id
+
+
+@dataclass
+class RunResult:
+    """What ``run_pipeline`` returns: every batch's report, in batch order."""
+
+    name: str
+    reports: list[BatchReport] = field(default_factory=list)
+    sink_writer_id: str | None = None
+    dlq_writer_id: str | None = None
+
+    @property
+    def rows_in(self) -> int:
+        return sum(r.rows_in for r in self.reports)
+
+    @property
+    def rows_out(self) -> int:
+        return sum(r.rows_out for r in self.reports)
+
+    @property
+    def dlq(self) -> int:
+        return sum(r.dlq for r in self.reports)
+
+
+class PipelineJob:
+    """One pipeline on one SparkSession. ``start()`` then ``wait()`` (or
+    ``process_all_available()`` in tests), ``stop()``; ``reports`` fills as batches commit.
+
+    ``on_batch`` is called (on the thread that polls progress) with each new report.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: Pipeline,
+        bootstrap: str,
+        checkpoint: str,
+        *,
+        name: str | None = None,
+        max_records_per_trigger: int | None = None,
+        registry_url: str | None = None,
+        trigger_interval: str | None = DEFAULT_TRIGGER_INTERVAL,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        dlq_encoding: str = "json",
+        source_options: dict[str, str] | None = None,
+    ):
+        from tidemark.spark.sink import ChangelogSink, DeadLetterSink, UpsertSink
+
+        self.spark = spark
+        self.pipeline = pipeline
+        self.bootstrap = bootstrap
+        self.checkpoint = checkpoint
+        self.name = name or pipeline.sink.name
+        self.max_records_per_trigger = max_records_per_trigger
+        self.registry_url = registry_url
+        self.trigger_interval = trigger_interval
+        self.on_batch = on_batch
+        self.source_options = source_options
+        self.tables = source_tables(pipeline, registry_url)  # refuses two tables on one topic
+        self.run_id = run_id_of(checkpoint)
+        sink_table = pipeline.sink
+        self.sink_topic = sink_table.options.get("topic", sink_table.name)
+        self.sink_writer_id = f"{self.name}.{sink_table.name}.{self.run_id}"
+        self.dlq_writer_id = f"{self.name}.dlq.{self.run_id}"
+        if sink_table.changelog_mode == "upsert":
+            self.sink: Any = UpsertSink(bootstrap, sink_table, registry_url=registry_url)
+        else:
+            self.sink = ChangelogSink(bootstrap, sink_table, self.sink_writer_id, registry_url=registry_url)
+        self.dlq = DeadLetterSink(bootstrap, self.name, encoding=dlq_encoding, writer_id=self.dlq_writer_id)
+        self.metrics = StageMetrics(spark)
+        self.query: StreamingQuery | None = None
+        self.reports: list[BatchReport] = []
+        self._sink_batches: dict[int, SinkBatch] = {}
+        self._counters_seen: Counter = Counter()
+        self._last_reported = -1
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ topics
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.dlq.topic
+
+    def ensure_topics(self) -> list[str]:
+        """Create missing topics: sources (1 partition, so the job can start before the
+        first record is produced), the sink (compacted for upsert formats) and the
+        dead-letter topic. Returns the names created by this call."""
+        from tidemark.kafka.admin import admin_client, ensure_topics
+
+        existing = set(admin_client(self.bootstrap).list_topics(timeout=30).topics)
+        created = []
+        sources = [t.topic for t in self.tables if t.topic not in existing]
+        if sources:
+            ensure_topics(self.bootstrap, {t: 1 for t in sources})
+            created += sources
+        if self.sink_topic not in existing:
+            upsert = self.pipeline.sink.changelog_mode == "upsert"
+            ensure_topics(self.bootstrap, {self.sink_topic: 1}, compacted=upsert)
+            created.append(self.sink_topic)
+        if self.dlq_topic not in existing:
+            ensure_topics(self.bootstrap, {self.dlq_topic: 1})
+            created.append(self.dlq_topic)
+        return created
+
+    # ------------------------------------------------------------------ the query
+
+    def _write_batch(self, df: DataFrame, batch_id: int) -> None:
+        """foreachBatch: dead letters first (so a sink failure never loses them), then the
+        sink changes. The batch frame is cached: it is read twice and recomputing it would
+        run the keyed stages twice."""
+        from pyspark import StorageLevel
+
+        df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            sink_df, bad_df = split_batch(df)
+            bad_rows = bad_df.collect()
+            dlq = 0
+            if bad_rows:
+                result = self.dlq.write_letters(self.dlq.letters(bad_rows, batch_id), batch_id)
+                dlq = 0 if result.skipped else len(bad_rows)
+            written = self.sink.write_batch(sink_df, batch_id)
+            rows_out = written if isinstance(written, int) else written.written
+        finally:
+            df.unpersist()
+        total = self.metrics.value()
+        with self._lock:
+            delta = total - self._counters_seen
+            self._counters_seen = total
+            self._sink_batches[batch_id] = SinkBatch(rows_out, dlq, dict(delta))
+
+    def start(self, until_idle: bool = False) -> StreamingQuery:
+        """Start the query. ``until_idle``: read what is in the topics now (in
+        rate-limited batches), write it, and stop (``Trigger.AvailableNow``)."""
+        self.ensure_topics()
+        frame = build_query_frame(
+            self.spark, self.pipeline, self.bootstrap, metrics=self.metrics,
+            max_records_per_trigger=self.max_records_per_trigger, registry_url=self.registry_url,
+            source_options=self.source_options,
+        )
+        writer = (
+            frame.writeStream.queryName(_query_name(self.name))
+            .option("checkpointLocation", self.checkpoint)
+            .foreachBatch(self._write_batch)
+        )
+        if until_idle:
+            writer = writer.trigger(availableNow=True)
+        elif self.trigger_interval:
+            writer = writer.trigger(processingTime=self.trigger_interval)
+        self.query = writer.start()
+        return self.query
+
+    # ------------------------------------------------------------------ progress
+
+    def poll(self) -> list[BatchReport]:
+        """Reports of the batches committed since the last poll (also appended to
+        ``reports`` and passed to ``on_batch``)."""
+        if self.query is None:
+            return []
+        new: list[BatchReport] = []
+        for progress in self.query.recentProgress:
+            batch_id = int(progress["batchId"])
+            with self._lock:
+                if batch_id <= self._last_reported or batch_id not in self._sink_batches:
+                    continue
+                sink = self._sink_batches.pop(batch_id)
+                self._last_reported = batch_id
+            report = report_from(progress, sink)
+            self.reports.append(report)
+            new.append(report)
+            if self.on_batch is not None:
+                self.on_batch(report)
+        return new
+
+    def _raise_failure(self, exc: BaseException) -> None:
+        error = stage_error_from(exc)
+        if error is not None:
+            raise error from None
+        raise JobError(f"pipeline '{self.name}' failed: {_first_line(exc)}") from exc
+
+    def wait(self, stop: threading.Event | None = None, poll_s: float = 0.5) -> None:
+        """Block until the query ends by itself (``until_idle``) or ``stop`` is set (then
+        stop it), polling progress meanwhile. A failed query raises its stage's error
+        (e.g. ConflictError) or ``JobError``."""
+        assert self.query is not None, "start() first"
+        try:
+            while True:
+                if stop is not None and stop.is_set():
+                    self.query.stop()
+                    break
+                try:
+                    done = self.query.awaitTermination(poll_s)
+                except Exception as exc:
+                    self.poll()
+                    self._raise_failure(exc)
+                self.poll()
+                if done:
+                    break
+        finally:
+            self.poll()
+        error = self.query.exception()
+        if error is not None:
+            self._raise_failure(error)
+
+    def process_all_available(self) -> list[BatchReport]:
+        """Wait until everything currently in the topics is written (tests of a running
+        job); returns the reports of the batches it took."""
+        assert self.query is not None, "start() first"
+        before = len(self.reports)
+        try:
+            self.query.processAllAvailable()
+        except Exception as exc:
+            self.poll()
+            self._raise_failure(exc)
+        self.poll()
+        return self.reports[before:]
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+        self.poll()
+
+    def close(self) -> None:
+        self.stop()
+        for sink in (self.sink, self.dlq):
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+
+    def result(self) -> RunResult:
+        changelog = self.pipeline.sink.changelog_mode != "upsert"
+        return RunResult(
+            name=self.name, reports=list(self.reports),
+            sink_writer_id=self.sink_writer_id if changelog else None,
+            dlq_writer_id=self.dlq_writer_id,
+        )
+
+
+def _query_name(name: str) -> str:
+    return "tidemark_" + "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = getattr(exc, "desc", None) or str(exc)
+    for line in str(text).splitlines():
+        line = line.strip()
+        if line:
+            return line[:500]
+    return type(exc).__name__
+
+
+def run_pipeline(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    bootstrap: str,
+    checkpoint: str,
+    *,
+    until_idle: bool = True,
+    name: str | None = None,
+    max_records_per_trigger: int | None = None,
+    registry_url: str | None = None,
+    trigger_interval: str | None = DEFAULT_TRIGGER_INTERVAL,
+    on_batch: Callable[[BatchReport], None] | None = None,
+    stop: threading.Event | None = None,
+    source_options: dict[str, str] | None = None,
+) -> RunResult:
+    """Run ``pipeline`` from its source topics to its sink topic on ``spark``.
+
+    With ``until_idle`` (default) it returns once everything in the topics at start is
+    written; otherwise it runs until ``stop`` is set. Restarting with the same
+    ``checkpoint`` continues where the last run committed. Raises the stage's own error
+    (``ConflictError`` for ``ON CONFLICT DO ERROR``) or ``JobError``."""
+    job = PipelineJob(
+        spark, pipeline, bootstrap, checkpoint, name=name,
+        max_records_per_trigger=max_records_per_trigger, registry_url=registry_url,
+        trigger_interval=trigger_interval, on_batch=on_batch, source_options=source_options,
+    )
+    try:
+        job.start(until_idle=until_idle)
+        job.wait(stop)
+    finally:
+        job.close()
+    return job.result()
