@@ -30,7 +30,7 @@ from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.spark.keyed import StageMetrics, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, report_from
-from tidemark.spark.query import build_query_frame, source_tables, split_batch
+from tidemark.spark.query import DeadLetterAccumulator, build_query_frame, source_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -134,6 +134,7 @@ class PipelineJob:
             self.sink = ChangelogSink(bootstrap, sink_table, self.sink_writer_id, registry_url=registry_url)
         self.dlq = DeadLetterSink(bootstrap, self.name, encoding=dlq_encoding, writer_id=self.dlq_writer_id)
         self.metrics = StageMetrics(spark)
+        self.dead_letters = DeadLetterAccumulator(spark)
         self.query: StreamingQuery | None = None
         self.reports: list[BatchReport] = []
         self._sink_batches: dict[int, SinkBatch] = {}
@@ -171,35 +172,43 @@ class PipelineJob:
     # ------------------------------------------------------------------ the query
 
     def _write_batch(self, df: DataFrame, batch_id: int) -> None:
-        """foreachBatch: dead letters first (so a sink failure never loses them), then the
-        sink changes. The batch frame is cached: it is read twice and recomputing it would
-        run the keyed stages twice."""
-        from pyspark import StorageLevel
-
-        df.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            sink_df, bad_df = split_batch(df)
-            bad_rows = bad_df.collect()
-            dlq = 0
-            if bad_rows:
-                result = self.dlq.write_letters(self.dlq.letters(bad_rows, batch_id), batch_id)
-                dlq = 0 if result.skipped else len(bad_rows)
-            written = self.sink.write_batch(sink_df, batch_id)
+        """foreachBatch: the sink changes, then the dead letters the batch's decode passes
+        found. Writing the sink runs the whole batch (every decode pass and keyed stage)
+        in one Spark job; only when a changelog sink already committed this batch (a
+        replay after a crash) is the batch run without writing, so that its dead letters
+        are known again and the state stores advance. A crash between the two writes
+        replays the batch: the sink skips or rewrites it idempotently, the dead letters
+        are written then, so none is lost or duplicated."""
+        if self._already_committed(batch_id):
+            df.count()
+            rows_out = 0
+        else:
+            written = self.sink.write_batch(df, batch_id)
             rows_out = written if isinstance(written, int) else written.written
-        finally:
-            df.unpersist()
+        letters = self.dead_letters.take(batch_id)
+        dlq = 0
+        if letters:
+            result = self.dlq.write_letters(self.dlq.letters(letters, batch_id), batch_id)
+            dlq = 0 if result.skipped else len(letters)
         total = self.metrics.value()
         with self._lock:
             delta = total - self._counters_seen
             self._counters_seen = total
             self._sink_batches[batch_id] = SinkBatch(rows_out, dlq, dict(delta))
 
+    def _already_committed(self, batch_id: int) -> bool:
+        writer = getattr(self.sink, "writer", None)  # changelog sinks are transactional
+        if writer is None:
+            return False
+        writer.start()
+        return batch_id <= writer.last_committed
+
     def start(self, until_idle: bool = False) -> StreamingQuery:
         """Start the query. ``until_idle``: read what is in the topics now (in
         rate-limited batches), write it, and stop (``Trigger.AvailableNow``)."""
         self.ensure_topics()
         frame = build_query_frame(
-            self.spark, self.pipeline, self.bootstrap, metrics=self.metrics,
+            self.spark, self.pipeline, self.bootstrap, metrics=self.metrics, dead_letters=self.dead_letters,
             max_records_per_trigger=self.max_records_per_trigger, registry_url=self.registry_url,
             source_options=self.source_options,
         )

@@ -1,33 +1,41 @@
 """Turn a compiled ``Pipeline`` into the one streaming DataFrame a Tidemark job runs.
 
-Shape of the query (one source, one sink, so one checkpoint and one batch id for all):
+Shape of the query (one query: one checkpoint, one batch id for everything):
 
-    read_stream(all source topics) -> decode_stream -+-> good changes of table A -> ...
-                                                     +-> good changes of table B -> ...
-                                                     +-> bad records ----------------+
-    ... keyed stages (transformWithState) ... -> sink changes ------------ union ----+-> foreachBatch
+    read_stream(topic of A) -> decode A + calc + key for its stage --+
+    read_stream(topic of B) -> decode B + calc + key for its stage --+-> keyed stages ... -> sink changes
+                                  |  bad records                      (transformWithState)       |
+                                  +--> dead-letter accumulator --------------------------> foreachBatch
 
-- One ``read_stream`` over every source topic: one offset per batch covers all sources,
-  so a ``-U/+U`` pair and its join partners that are committed before a batch is planned
-  land in the same batch, and the rate limit bounds the whole batch.
-- Calc runs as Python over change rows, fused into the pass that keys rows for the next
-  keyed stage (``keyed_input(before=...)``), so it costs no pass of its own; a calc after
-  the last keyed stage gets one ``mapInArrow`` pass. The stage object is the very one
-  ``ReplayHost`` runs. Spark SQL expressions (``Calc.to_spark_sql``) would need every row
-  unpickled into typed columns and pickled again around them: two extra passes to save
-  one Python call per row, and a second implementation of SQL semantics to keep equal.
+Why this shape (each point measured or forced by Spark):
+
+- **One source per table, one Python pass per record before the first shuffle.** Spark
+  plans every branch of a query separately and does not share a scan between branches;
+  one stream over all topics, split by table, read and decoded every record once per
+  branch (a join with a dead-letter branch read everything three times, and the progress
+  counted it three times). With one stream per source table each branch reads only its
+  topic, and decoding, the calc stages up to the first keyed stage and computing that
+  stage's key happen in ONE ``mapInArrow`` pass.
+- **Dead letters leave through an accumulator, not a branch.** A bad record is found by
+  decoding; a second branch to find them would decode every record again. The decode
+  pass adds each bad record, under its batch id and source coordinate, to an accumulator
+  the driver reads after the batch has run; ``foreachBatch`` writes them to the
+  dead-letter topic with the batch's id (transactional: a replay writes nothing twice).
+  Keying by coordinate makes a task retried by Spark harmless.
+- **Calc runs as Python over change rows**, fused into a pass that exists anyway (the
+  decode pass or the pass that keys rows for the next keyed stage); only a calc after the
+  last keyed stage gets a pass of its own. The stage object is the very one ``ReplayHost``
+  runs. Spark SQL expressions (``Calc.to_spark_sql``) would need every row unpickled into
+  typed columns and pickled again around them: two extra passes to save one Python call
+  per row, and a second implementation of SQL semantics to keep equal.
 - Keyed stages (normalize, join, aggregate, materializer, merge engine) are hosted by
-  ``tidemark.spark.keyed``; a join unions both inputs.
-- Bad records (undecodable, missing PK, wrong type, unknown op) are carried to the same
-  ``foreachBatch`` as the sink changes, in a ``bad`` struct column (null on sink rows), so
-  the dead-letter topic is written with the batch id of the batch that read them: a
-  replayed batch rewrites neither. A second query for the DLQ would have needed its own
-  checkpoint and would read every source record twice.
+  ``tidemark.spark.keyed``; a keyed stage directly followed by another emits rows already
+  keyed for it (``downstream=``), saving a pass. A join unions both inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.changelog import Change
@@ -37,19 +45,20 @@ from tidemark.engine.stage import StatelessStage
 from tidemark.spark.keyed import (
     CHANGE_COLUMNS,
     CHANGE_SCHEMA,
+    KEYED_SCHEMA,
     StageCrash,
     StageFailure,
     StageMetrics,
     keyed_input,
     run_keyed_stage,
 )
-from tidemark.spark.sink import DEAD_LETTER_COLUMNS
-from tidemark.spark.source import SourceTable, bad_records, decode_stream, good_changes, read_stream
+from tidemark.spark.source import SourceTable, read_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-BAD_COLUMN = "bad"
+#: (stage, input index) a frame is keyed for; None = plain change rows
+Target = tuple[Any, int] | None
 
 
 class GuardedStage:
@@ -70,6 +79,180 @@ class GuardedStage:
             raise StageFailure(
                 StageCrash(f"stage '{self.name}' failed: {type(err).__name__}: {err}")
             ) from err
+
+
+# ---------------------------------------------------------------------------- dead letters
+
+
+class DeadLetterAccumulator:
+    """Bad records found by the decode passes, per batch id and source coordinate.
+
+    Workers add ``{batch_id: {(topic, partition, offset): letter row}}``; Spark merges
+    the updates of successful tasks into the driver's value, and a retried task adds the
+    same coordinates again, which the dict absorbs. ``take(batch_id)`` returns and forgets
+    one batch's records, in source order."""
+
+    def __init__(self, spark: SparkSession):
+        from pyspark.accumulators import AccumulatorParam
+
+        class _Param(AccumulatorParam):
+            def zero(self, value: dict) -> dict:
+                return {}
+
+            def addInPlace(self, value1: dict, value2: dict) -> dict:
+                for batch, letters in value2.items():
+                    value1.setdefault(batch, {}).update(letters)
+                return value1
+
+        self._acc = spark.sparkContext.accumulator({}, _Param())
+
+    @property
+    def accumulator(self) -> Any:
+        return self._acc
+
+    def take(self, batch_id: int) -> list[dict[str, Any]]:
+        value = self._acc.value
+        letters = value.pop(batch_id, {})
+        self._acc.value = value
+        return [letters[c] for c in sorted(letters)]
+
+
+# ---------------------------------------------------------------------------- the passes
+
+def _arrow_schemas() -> tuple[Any, Any]:
+    import pyarrow as pa
+
+    fields = [("kind", pa.string()), ("row", pa.binary()), ("pos", pa.list_(pa.int64()))]
+    change = pa.schema(fields)
+    keyed = pa.schema([("key", pa.binary()), ("input", pa.int32()), *fields])
+    return change, keyed
+
+
+def _emit(cs: list[Change], target: Target) -> Any:
+    """Changes as one Arrow batch: ``KEYED_SCHEMA`` for ``target``, else ``CHANGE_SCHEMA``."""
+    import pyarrow as pa
+
+    from tidemark.spark.keyed import encode_key, encode_pos, encode_row
+
+    change, keyed = _arrow_schemas()
+    cols = [
+        pa.array([c.kind for c in cs], pa.string()),
+        pa.array([encode_row(c.row) for c in cs], pa.binary()),
+        pa.array([encode_pos(c.pos) for c in cs], pa.list_(pa.int64())),
+    ]
+    if target is None:
+        return pa.RecordBatch.from_arrays(cols, schema=change)
+    stage, index = target
+    key = pa.array([encode_key(stage.key_of(c, index)) for c in cs], pa.binary())
+    return pa.RecordBatch.from_arrays([key, pa.array([index] * len(cs), pa.int32()), *cols], schema=keyed)
+
+
+def _batch_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    return int(value) if value is not None else -1
+
+
+def decode_batch(
+    records: list[dict[str, Any]], src: SourceTable, decoder: Any, batch_id: int
+) -> tuple[list[Change], dict[tuple, dict[str, Any]]]:
+    """Decode raw records of one source table: (changes, bad records by coordinate).
+    Spark-free, so the routing is testable without a session. A change's position is
+    ``(batch id, source index, partition, offset)``."""
+    from tidemark.formats import DecodeError
+
+    changes: list[Change] = []
+    bad: dict[tuple, dict[str, Any]] = {}
+    table = src.table.name
+    for r in records:
+        pos = (batch_id, src.source_index, r["partition"], r["offset"])
+        try:
+            changes.extend(decoder.decode(r["key"], r["value"], pos, r["topic"]))
+        except DecodeError as err:
+            coord = (r["topic"], r["partition"], r["offset"])
+            bad[coord] = {
+                "table": table, "format": decoder.spec.name, "topic": r["topic"],
+                "partition": r["partition"], "offset": r["offset"], "timestamp": r["timestamp"],
+                "key": r["key"], "value": r["value"], "error_kind": err.kind,
+                "reason": f"{table} @ {r['topic']}/{r['partition']}/{r['offset']}: {err.reason}",
+            }
+    return changes, bad
+
+
+def decode_pass(
+    raw: DataFrame, src: SourceTable, stages: Sequence[StatelessStage], target: Target,
+    dead_letters: DeadLetterAccumulator,
+) -> DataFrame:
+    """Raw records of one table -> its changes, through ``stages``, keyed for ``target``;
+    bad records to ``dead_letters``. One Python pass."""
+    pre = list(stages)
+    acc = dead_letters.accumulator
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        from tidemark.formats import decoder_for
+
+        decoder = decoder_for(src.table, src.registry_url)
+        batch_id = _batch_id()
+        bad: dict[tuple, dict[str, Any]] = {}
+        for batch in batches:
+            cs, b = decode_batch(batch.to_pylist(), src, decoder, batch_id)
+            bad.update(b)
+            for st in pre:
+                cs = st.process(cs)
+            yield _emit(cs, target)
+        if bad:
+            acc.add({batch_id: bad})
+
+    return raw.mapInArrow(fn, KEYED_SCHEMA if target is not None else CHANGE_SCHEMA)
+
+
+def stateless_pass(df: DataFrame, stages: Sequence[StatelessStage]) -> DataFrame:
+    """Run stateless stages over ``CHANGE_SCHEMA`` rows in one Arrow pass."""
+    if not stages:
+        return df
+    pre = list(stages)
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        import pickle
+
+        for batch in batches:
+            cs = [
+                Change(k, pickle.loads(r), tuple(p) if p is not None else ())
+                for k, r, p in zip(
+                    batch.column("kind").to_pylist(),
+                    batch.column("row").to_pylist(),
+                    batch.column("pos").to_pylist(),
+                )
+            ]
+            for st in pre:
+                cs = st.process(cs)
+            yield _emit(cs, None)
+
+    return df.select(*CHANGE_COLUMNS).mapInArrow(fn, CHANGE_SCHEMA)
+
+
+# ---------------------------------------------------------------------------- the plan walk
+
+
+class _Output:
+    """A node's output, not built yet: ``build(target, pending)`` makes the frame once the
+    consumer is known, so each producer can fuse the consumer's calc and keying into a
+    pass it runs anyway."""
+
+    def __init__(self, build: Callable[[Target, list[StatelessStage]], DataFrame], pending: list[StatelessStage]):
+        self._build = build
+        self.pending = pending
+
+    def then(self, stage: StatelessStage) -> _Output:
+        return _Output(self._build, [*self.pending, stage])
+
+    def keyed_for(self, stage: Any, index: int) -> DataFrame:
+        return self._build((stage, index), self.pending)
+
+    def changes(self) -> DataFrame:
+        return self._build(None, self.pending)
 
 
 def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[SourceTable]:
@@ -93,98 +276,8 @@ def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[S
     return out
 
 
-def stateless_pass(df: DataFrame, stages: Sequence[StatelessStage]) -> DataFrame:
-    """Run stateless stages over ``CHANGE_SCHEMA`` rows in one Arrow pass."""
-    if not stages:
-        return df
-    import pyarrow as pa
-
-    pre = list(stages)
-    schema = pa.schema([("kind", pa.string()), ("row", pa.binary()), ("pos", pa.list_(pa.int64()))])
-
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        import pickle
-
-        from tidemark.spark.keyed import encode_pos, encode_row
-
-        for batch in batches:
-            cs = [
-                Change(k, pickle.loads(r), tuple(p) if p is not None else ())
-                for k, r, p in zip(
-                    batch.column("kind").to_pylist(),
-                    batch.column("row").to_pylist(),
-                    batch.column("pos").to_pylist(),
-                )
-            ]
-            for st in pre:
-                cs = st.process(cs)
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array([c.kind for c in cs], pa.string()),
-                    pa.array([encode_row(c.row) for c in cs], pa.binary()),
-                    pa.array([encode_pos(c.pos) for c in cs], pa.list_(pa.int64())),
-                ],
-                schema=schema,
-            )
-
-    return df.select(*CHANGE_COLUMNS).mapInArrow(fn, CHANGE_SCHEMA)
-
-
 def _is_keyed(stage: Any) -> bool:
     return stage is not None and hasattr(stage, "process_key")
-
-
-def sink_changes(
-    pipeline: Pipeline, decoded: DataFrame, metrics: StageMetrics | None = None
-) -> DataFrame:
-    """The changes the sink receives (``CHANGE_SCHEMA``), built from the decoded source
-    frame by walking the plan in topological order."""
-    # node id -> (change frame, stateless stages still to apply to it)
-    out: dict[int, tuple[DataFrame, list[StatelessStage]]] = {}
-    for node in pipeline.nodes:
-        if node.kind == "source":
-            out[node.id] = (good_changes(decoded, node.table), [])
-        elif node.kind == "sink":
-            df, pending = out[node.inputs[0]]
-            return stateless_pass(df, pending)
-        elif _is_keyed(node.stage):
-            stage = node.stage
-            inputs = []
-            for index, inp in enumerate(node.inputs):
-                df, pending = out[inp]
-                inputs.append(keyed_input(df, stage, index, before=pending))
-            out[node.id] = (run_keyed_stage(inputs, stage, metrics), [])
-        elif node.stage is not None:
-            df, pending = out[node.inputs[0]]
-            out[node.id] = (df, [*pending, GuardedStage(node.stage)])
-        else:
-            raise PlanError(f"stage [{node.id}] {node.kind} has nothing the Spark job can run")
-    raise PlanError("the pipeline has no sink")
-
-
-def shared(decoded: DataFrame) -> DataFrame:
-    """The decoded frame behind a shuffle, so that the branches reading it (one per source
-    table, one for the bad records) share ONE read and ONE decode of the batch.
-
-    Spark plans each branch of a query separately; without an exchange to reuse, every
-    branch scans the source again (measured: a join pipeline read each record three times,
-    and ``numInputRows`` counted it three times). Identical exchanges are reused
-    (``ReusedExchange``), so the batch is read and decoded once, then shuffled once. Good
-    rows drop the raw key/value bytes (only dead letters need them) to keep the shuffle
-    small. Hash-partitioned on the source coordinate: deterministic, so a retried task
-    sees the same rows (a round-robin repartition would need a sort for that)."""
-    from pyspark.sql import functions as F
-
-    bad = F.col("error_kind").isNotNull()
-    slim = decoded.withColumn("key", F.when(bad, F.col("key"))).withColumn("value", F.when(bad, F.col("value")))
-    return slim.repartition("topic", "partition", "offset")
-
-
-def _bad_struct_type() -> str:
-    return (
-        "struct<table:string, format:string, topic:string, partition:int, offset:bigint, "
-        "timestamp:timestamp, key:binary, value:binary, error_kind:string, reason:string>"
-    )
 
 
 def build_query_frame(
@@ -192,36 +285,47 @@ def build_query_frame(
     pipeline: Pipeline,
     bootstrap: str,
     *,
+    dead_letters: DeadLetterAccumulator,
     metrics: StageMetrics | None = None,
     max_records_per_trigger: int | None = None,
     registry_url: str | None = None,
     source_options: dict[str, str] | None = None,
 ) -> DataFrame:
-    """The streaming frame handed to ``foreachBatch``: columns ``kind, row, pos`` (a sink
-    change, ``bad`` null) or ``bad`` (a dead letter's columns, the others null)."""
-    from pyspark.sql import functions as F
+    """The streaming frame of the changes the sink receives (``CHANGE_SCHEMA``); bad
+    records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
+    records per micro-batch."""
+    tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
+    outputs: dict[int, _Output] = {}
+    for node in pipeline.nodes:
+        if node.kind == "source":
+            src = tables[node.table]
+            raw = read_stream(
+                spark, [src.topic], bootstrap, max_records_per_trigger=max_records_per_trigger,
+                **(source_options or {}),
+            )
 
-    tables = source_tables(pipeline, registry_url)
-    raw = read_stream(
-        spark, [t.topic for t in tables], bootstrap,
-        max_records_per_trigger=max_records_per_trigger, **(source_options or {}),
-    )
-    decoded = shared(decode_stream(raw, tables))
-    changes = sink_changes(pipeline, decoded, metrics)
-    good = changes.select(*CHANGE_COLUMNS, F.lit(None).cast(_bad_struct_type()).alias(BAD_COLUMN))
-    bad = bad_records(decoded).select(
-        F.lit(None).cast("string").alias("kind"),
-        F.lit(None).cast("binary").alias("row"),
-        F.lit(None).cast("array<bigint>").alias("pos"),
-        F.struct(*DEAD_LETTER_COLUMNS).alias(BAD_COLUMN),
-    )
-    return good.unionByName(bad)
+            def build_source(target: Target, pending: list, raw: Any = raw, src: SourceTable = src) -> DataFrame:
+                return decode_pass(raw, src, pending, target, dead_letters)
 
+            outputs[node.id] = _Output(build_source, [])
+        elif node.kind == "sink":
+            return outputs[node.inputs[0]].changes()
+        elif _is_keyed(node.stage):
+            stage = node.stage
+            upstream = [outputs[i] for i in node.inputs]
 
-def split_batch(df: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(sink changes, dead letters) of one ``foreachBatch`` frame."""
-    from pyspark.sql import functions as F
+            def build_keyed(target: Target, pending: list, stage: Any = stage, upstream: list = upstream) -> DataFrame:
+                inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
+                if not pending:
+                    return run_keyed_stage(inputs, stage, metrics, downstream=target)
+                emitted = run_keyed_stage(inputs, stage, metrics)
+                if target is None:
+                    return stateless_pass(emitted, pending)
+                return keyed_input(emitted, target[0], target[1], before=pending)
 
-    sink = df.where(F.col(BAD_COLUMN).isNull()).select(*CHANGE_COLUMNS)
-    bad = df.where(F.col(BAD_COLUMN).isNotNull()).select(f"{BAD_COLUMN}.*")
-    return sink, bad
+            outputs[node.id] = _Output(build_keyed, [])
+        elif node.stage is not None:
+            outputs[node.id] = outputs[node.inputs[0]].then(GuardedStage(node.stage))
+        else:
+            raise PlanError(f"stage [{node.id}] {node.kind} has nothing the Spark job can run")
+    raise PlanError("the pipeline has no sink")
