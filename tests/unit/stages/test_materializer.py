@@ -288,17 +288,141 @@ def test_nothing_cancels_pairs_in_any_position_order():
     assert h.metrics["conflicts_dropped"] == 1
 
 
-def test_consolidate_pairs():
+def test_consolidate_cancels_pairs_anywhere_for_nothing_and_error():
     from tidemark.engine.stages.materializer import consolidate
 
     x = (1,)
     batch = [c("+I", *x, pos=1), c("+I", *x, pos=2), c("-D", *x, pos=3), c("-D", *x, pos=0)]
-    # ordered: -X@0 has no earlier add (retracts an older copy); -X@3 cancels +X@1
-    assert consolidate(batch, ordered_pairs=True) == [((0,), False, x), ((2,), True, x)]
-    # any order: two pairs cancel, nothing is left
-    assert consolidate(batch, ordered_pairs=False) == []
-    # equal positions: the retraction comes first, so it does not cancel the add
-    assert consolidate([c("+U", *x, pos=5), c("-U", *x, pos=5)], ordered_pairs=True) == [
-        ((5,), False, x),
-        ((5,), True, x),
-    ]
+    assert consolidate(batch) == []  # two pairs cancel, whatever their positions
+    # more adds than retractions: the earliest adds cancel, the latest survives
+    assert consolidate([c("+I", *x, pos=4), c("-D", *x, pos=1), c("+I", *x, pos=2)]) == [((4,), True, x)]
+
+
+def test_in_position_order_puts_retractions_first_and_never_uses_arrival_order():
+    from tidemark.engine.stages.materializer import in_position_order
+
+    x, y = (1,), (2,)
+    batch = [c("+U", *x, pos=5), c("+I", *y, pos=5), c("-U", *x, pos=5), c("-D", *y, pos=1)]
+    expected = [((1,), False, y), ((5,), False, x), ((5,), True, x), ((5,), True, y)]
+    for perm in itertools.permutations(batch):
+        assert in_position_order(list(perm)) == expected
+
+
+# --- identical copies without an upsert key (docs/conformance.md
+# "dedup-identical-copies-retract-oldest", "...-newest"): sink t(name, v), PK name. ---
+
+
+def projection(strategy: str) -> SinkMaterializer:
+    return SinkMaterializer("t", (0,), ("name",), None, strategy)
+
+
+@pytest.mark.parametrize("case", ["retract-oldest", "retract-newest"])
+def test_deduplicate_identical_copies_retraction_removes_the_oldest_copy(case):
+    """Batch 1 +I('a',2) (source id 1); batch 2 +I('a',1) (id 2), +I('a',2) (id 3) and a -D
+    of ('a',2) from id 1 (``-oldest``) or id 3 (``-newest``). The sink cannot tell which
+    source row the -D came from: both cases feed it the same changes, and Flink 2.3 removes
+    the oldest copy in both, leaving the position-3 copy of ('a',2) as the latest row."""
+    batch2 = [c("+I", "a", 1, pos=2), c("+I", "a", 2, pos=3), c("-D", "a", 2, pos=4)]
+    for perm in itertools.permutations(batch2):
+        h = Harness(projection("DEDUPLICATE"))
+        assert h.run([c("+I", "a", 2, pos=1)]) == [c("+I", "a", 2, pos=1)]
+        assert h.run(list(perm)) == [], case  # Flink: ('a',2) throughout
+        st = h.state[("a",)]
+        assert st.rows_in_order() == [("a", 1), ("a", 2)]
+        assert st.copies(("a", 2)) == [(3,)]  # the copy at position 1 went
+        assert sink_table(h) == {"a": ("a", 2)}
+
+
+@pytest.mark.parametrize("deleted_id, case", [(1, "retract-oldest"), (3, "retract-newest")])
+def test_pipeline_identical_copies_match_flink(deleted_id, case):
+    """The conformance reproductions end to end (SQL, source ids): Flink 2.3 shows ('a',2)
+    after both batches in both cases."""
+    from tidemark.engine.changelog import Change
+    from tidemark.engine.pipeline import compile_sql
+    from tidemark.engine.replay import ReplayHost
+
+    sql = "\n".join([
+        "CREATE TABLE s (id BIGINT, name STRING, v BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 's', 'format' = 'debezium-json');",
+        "CREATE TABLE t (name STRING, v BIGINT, PRIMARY KEY (name) NOT ENFORCED) WITH ('topic' = 't', 'format' = 'upsert-json');",
+        "INSERT INTO t SELECT name, v FROM s ON CONFLICT DO DEDUPLICATE;",
+    ])
+    host = ReplayHost(compile_sql(sql))
+    host.run_batch({"s": [Change("+I", (1, "a", 2), (1,))]}, now_ms=0)
+    assert list(host.table().values()) == [("a", 2)]
+    batch2 = [Change("+I", (2, "a", 1), (2,)), Change("+I", (3, "a", 2), (3,)),
+              Change("-D", (deleted_id, "a", 2), (4,))]
+    host.run_batch({"s": batch2[::-1]}, now_ms=1)
+    assert list(host.table().values()) == [("a", 2)], case
+
+
+def test_deduplicate_in_batch_pair_cancels_when_no_older_copy():
+    h = Harness(projection("DEDUPLICATE"))
+    h.run([c("+I", "a", 1, pos=1)])
+    assert h.run([c("-D", "a", 2, pos=3), c("+I", "a", 2, pos=2)]) == []
+    assert h.state[("a",)].rows_in_order() == [("a", 1)]
+    assert h.metrics["retractions_without_state"] == 0
+
+
+def test_deduplicate_in_batch_pair_with_an_older_copy_retracts_the_older_one():
+    """Flink: list [X, Y], +X appends -> [X, Y, X], -X removes the first X -> [Y, X]: X is
+    the latest row, so the sink changes from Y to X."""
+    h = Harness(projection("DEDUPLICATE"))
+    h.run([c("+I", "a", 1, pos=1), c("+I", "a", 2, pos=2)])
+    assert sink_table(h) == {"a": ("a", 2)}
+    out = h.run([c("-D", "a", 1, pos=4), c("+I", "a", 1, pos=3)])
+    assert out == [c("-U", "a", 2, pos=4), c("+U", "a", 1, pos=4)]
+    assert h.state[("a",)].rows_in_order() == [("a", 2), ("a", 1)]
+    assert h.state[("a",)].copies(("a", 1)) == [(3,)]
+
+
+def test_deduplicate_copies_keep_position_order_across_batches():
+    h = Harness(projection("DEDUPLICATE"))
+    h.run([c("+I", "a", 1, pos=5), c("+I", "a", 2, pos=4)])
+    assert sink_table(h) == {"a": ("a", 1)}
+    assert h.run([c("+I", "a", 1, pos=2)]) == []  # a late, older copy: sorted in, not latest
+    assert h.state[("a",)].copies(("a", 1)) == [(2,), (5,)]
+    assert h.run([c("-D", "a", 1, pos=6)]) == []  # the oldest copy (position 2) goes
+    assert h.state[("a",)].copies(("a", 1)) == [(5,)]
+    assert h.run([c("-D", "a", 1, pos=7)]) == [c("-U", "a", 1, pos=7), c("+U", "a", 2, pos=7)]
+    st = pickle.loads(pickle.dumps(h.state[("a",)]))
+    assert st.rows_in_order() == [("a", 2)] and st.copies(("a", 2)) == [(4,)]
+
+
+def test_deduplicate_many_copies_of_one_value_retract_oldest_first():
+    h = Harness(projection("DEDUPLICATE"))
+    h.run([c("+I", "a", 1, pos=i) for i in range(0, 10, 2)] + [c("+I", "a", 2, pos=5)])
+    assert sink_table(h) == {"a": ("a", 1)}  # newest copy of ('a',1) is at 8
+    h.run([c("-D", "a", 1, pos=20), c("-D", "a", 1, pos=21)])
+    assert h.state[("a",)].copies(("a", 1)) == [(4,), (6,), (8,)]
+    assert sink_table(h) == {"a": ("a", 1)}
+
+
+def test_nothing_identical_copies_keep_the_current_row_like_flink():
+    """Flink's compacting step cancels +X/-X inside its buffer before the current row is
+    consulted: current X, batch +Y, +X, -X -> [X, Y] -> NOTHING keeps X, drops Y. Removing
+    the current (oldest) copy instead would keep Y."""
+    h = Harness(projection("NOTHING"))
+    h.run([c("+I", "a", 1, pos=1)])
+    assert h.run([c("+I", "a", 2, pos=2), c("+I", "a", 1, pos=3), c("-D", "a", 1, pos=4)]) == []
+    assert h.state[("a",)][0] == ("a", 1)
+    assert h.metrics["conflicts_dropped"] == 1
+
+
+def test_error_identical_copies_conflict_whichever_copy_is_retracted():
+    h = Harness(projection("ERROR"))
+    h.run([c("+I", "a", 1, pos=1)])
+    with pytest.raises(ConflictError):
+        h.run([c("+I", "a", 2, pos=2), c("+I", "a", 1, pos=3), c("-D", "a", 1, pos=4)])
+
+
+def test_deduplicate_upsert_key_batch_applies_record_by_record_like_flink():
+    """Upsert key = column 1. x, then y for the same key (an upsert: y replaces x), then a
+    retraction of x: it removes the key's row whatever its values, as Flink does record by
+    record. Cancelling the x pair first would leave y active."""
+    m = SinkMaterializer("t", (0,), ("k",), (1,), "DEDUPLICATE")
+    batch = [c("+I", 0, 1, "x", pos=1), c("+U", 0, 1, "y", pos=2), c("-U", 0, 1, "x", pos=3)]
+    for perm in itertools.permutations(batch):
+        h = Harness(m)
+        assert h.run(list(perm)) == []
+        assert h.state == {}
+        assert h.metrics["retractions_without_state"] == 0

@@ -4,36 +4,47 @@ Needed when the upsert key of the stream reaching the sink differs from the sink
 key: several upstream rows (upsert keys) can then claim one sink PK, and their changes may
 reach us in any order inside a batch (the disorder cases of the seeds). Keyed by sink PK.
 
-Per batch and PK (DESIGN.md "Consolidating one key's rows in a batch"):
-1. cancel exact pairs: a ``+X`` and a ``-X`` of the identical row cancel wherever they sit
-   in the batch (arrival order never matters). For DEDUPLICATE a ``-X`` cancels only a
-   ``+X`` positioned before it: a ``-X`` at or before a ``+X`` retracts the previous copy and
-   the add refreshes ``X``'s position (delete-and-reinsert, no-op update), as in Flink.
-   When a row has more adds than retractions, its earliest adds are the ones cancelled, as
-   Flink's ``findFirst`` removes the first copy (see ``consolidate``);
-2. apply the rest in source-position order, retractions before adds at the same position
-   (ties broken by the row's repr, so arrival order never matters). With an upsert key an
-   add sets that upsert key's row and a retraction removes that upsert key's row whatever
-   its other values; with ``upsert_key=None`` rows match by full value (multiset);
-3. emit only the net change of what the sink shows for the PK (``+I``, ``-U``/``+U``,
-   ``-D`` or nothing), with the greatest position of the batch's changes.
+Per batch and PK (DESIGN.md "Consolidating one key's rows in a batch"), never in arrival order:
+the batch's changes are taken in source-position order, retractions before adds at one
+position (ties broken by the row's repr). With an upsert key an add sets that upsert key's
+row and a retraction removes that upsert key's row whatever its other values; with
+``upsert_key=None`` rows match by full value (a multiset: identical rows from different
+source rows are separate copies). Only the net change of what the sink shows for the PK is
+emitted (``+I``, ``-U``/``+U``, ``-D`` or nothing), with the greatest position of the batch.
+How exact ``+X``/``-X`` pairs inside one batch are treated differs per strategy, each as the
+Flink 2.3 operator it stands for does (below).
 
 Strategies
 - DEDUPLICATE: the latest (greatest position) still-active row wins; retracting it rolls
-  back to the previous active one (the seed's Football example). State = the active rows
-  of the PK in a dict keyed by identity (upsert key, or full row with a count) whose entries
-  form a doubly-linked list in position order, linked by identity rather than by object
-  references so the state pickles flat. Add, retract and "latest" are O(1): a new add
-  almost always has the greatest position and appends at the tail (otherwise it walks back
-  from the tail to its place), a retraction unlinks. No list scans (Flink's list-based SUM
-  drops to a few rows per second on long histories).
+  back to the previous active one (the seed's Football example). The batch's changes are
+  applied one by one in position order against the active rows *including those already in
+  state*, as Flink's ``SinkUpsertMaterializer`` applies records one by one; there is no
+  separate pair-cancelling step. Without an upsert key a retraction of ``X`` removes the
+  *oldest* active copy of ``X`` (Flink's ``findFirst`` on its list), so an in-batch
+  ``+X``/``-X`` pair only cancels when no older copy of ``X`` is active. Why: at the sink the
+  copies are identical, so which one a retraction means cannot be known; cancelling against
+  the in-batch copy first (what Tidemark used to do) removed the *newest* copy and diverged
+  from Flink (docs/conformance.md, ``dedup-identical-copies-retract-oldest/-newest``).
+  A retraction finds the oldest copy whatever its position (in a valid changelog that copy is
+  never newer than the retraction).
+  State = the active rows of the PK in a dict keyed by identity (upsert key, or full row)
+  whose entries form a doubly-linked list in position order, linked by identity rather than
+  by object references so the state pickles flat. A full-row entry with several identical
+  copies keeps their positions in a deque, oldest first (adds arrive in position order, so
+  appending keeps it sorted); the entry sits in the list at its newest copy. Add, retract
+  and "latest" are O(1) amortized: a new add almost always has the greatest position and
+  appends at the tail (otherwise it walks back from the tail to its place), a retraction
+  pops the oldest copy or unlinks the entry. No list scans (Flink's list-based SUM drops to a
+  few rows per second on long histories).
   Difference from Flink 2.3: an add for an upsert key that is already active moves that
   row to its (new, later) position; Flink replaces it in place in its list, so retracting
   that row later can leave Flink's sink showing a retracted row.
 - NOTHING and ERROR follow Flink 2.3's ``WatermarkCompactingSinkMaterializer`` with one
   batch as one compaction step. State = the current sink row only (its identity is derived
-  from it), not a history. Per batch: start from ``[current]``, apply the batch's remaining
-  changes in order as above (an add for an identity already listed replaces it in place,
+  from it), not a history. Per batch: first cancel exact ``+X``/``-X`` pairs wherever they
+  sit in the batch (Flink cancels them in its step buffer whichever came first; with several
+  adds of one row the earliest cancel), then start from ``[current]`` and apply the rest in
+  position order (an add for an identity already listed replaces it in place,
   a new identity is appended; a retraction removes its identity), then:
   * 0 rows left -> the PK is deleted (``-D``);
   * 1 row -> it becomes the sink row;
@@ -42,6 +53,10 @@ Strategies
     the first row of the list: the current row if it is still active, otherwise the
     earliest-positioned surviving add; the others are dropped for good and counted in
     ``conflicts_dropped``.
+  Identical copies need no "oldest copy" convention here: the step buffer cancels pairs
+  before the current row is consulted, as in Flink; removing the current row for an
+  in-batch ``-X`` instead would reorder the list and change the row NOTHING keeps (Flink
+  keeps the current row).
   Consequence (same as Flink): dropped rows are not remembered. When the current row is
   later retracted the PK is deleted, even if a dropped row is still active upstream; a later
   retraction of a dropped row finds no state and is only counted.
@@ -58,6 +73,7 @@ Strategies
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from collections.abc import Sequence
 from operator import itemgetter
@@ -69,8 +85,11 @@ from tidemark.engine.stage import BatchContext
 
 STRATEGIES = ("DEDUPLICATE", "NOTHING", "ERROR")
 
-# A DEDUPLICATE node: [row, pos, prev identity, next identity, count]
-ROW, POS, PREV, NEXT, COUNT = range(5)
+# A DEDUPLICATE node: [row, pos, prev identity, next identity, copies]. ``copies`` is None for
+# one copy (always, with an upsert key); for several identical active copies of a full row, a
+# deque of their positions, oldest first, whose last is ``pos``. Only duplicated values pay
+# for a deque.
+ROW, POS, PREV, NEXT, COPIES = range(5)
 
 
 class ActiveRows:
@@ -90,32 +109,51 @@ class ActiveRows:
         return self.nodes[self.tail][ROW] if self.tail is not None else None
 
     def add(self, ident: tuple, row: tuple, pos: tuple, replace: bool) -> None:
-        """``replace``: the identity is an upsert key, so the new row replaces the old one;
-        otherwise identical rows are counted (multiset)."""
+        """``replace``: the identity is an upsert key, so the new row replaces the old one and
+        takes the new position; otherwise the add is one more copy of an identical row."""
         node = self.nodes.get(ident)
         if node is None:
-            node = [row, pos, None, None, 1]
+            node = [row, pos, None, None, None]
             self.nodes[ident] = node
-        else:
+        elif replace:
             self._unlink(ident, node)
-            if replace:
-                node[ROW], node[POS], node[COUNT] = row, pos, 1
-            else:
-                node[COUNT] += 1
-                if pos > node[POS]:
-                    node[POS] = pos
+            node[ROW], node[POS] = row, pos
+        else:
+            copies = node[COPIES]
+            if copies is None:
+                copies = node[COPIES] = deque((node[POS],))
+            if pos >= copies[-1]:
+                copies.append(pos)
+            else:  # a copy older than the newest one (disorder across batches): rare
+                insort(copies, pos)
+            if copies[-1] == node[POS]:
+                return  # the newest copy did not change: the node stays where it is
+            self._unlink(ident, node)
+            node[POS] = copies[-1]
         self._link_by_pos(ident, node)
 
-    def retract(self, ident: tuple, replace: bool) -> bool:
+    def retract(self, ident: tuple) -> bool:
+        """Remove the identity's row; of several identical copies, the oldest (Flink's
+        ``findFirst``). The node keeps its place: its newest copy is still active."""
         node = self.nodes.get(ident)
         if node is None:
             return False
-        if not replace and node[COUNT] > 1:
-            node[COUNT] -= 1
+        copies = node[COPIES]
+        if copies is not None:
+            copies.popleft()
+            if len(copies) == 1:
+                node[COPIES] = None
             return True
         self._unlink(ident, node)
         del self.nodes[ident]
         return True
+
+    def copies(self, ident: tuple) -> list[tuple]:
+        """Positions of the identity's active copies, oldest first; for tests and debugging."""
+        node = self.nodes.get(ident)
+        if node is None:
+            return []
+        return list(node[COPIES]) if node[COPIES] is not None else [node[POS]]
 
     def _unlink(self, ident: tuple, node: list) -> None:
         prev, nxt = node[PREV], node[NEXT]
@@ -210,13 +248,13 @@ class SinkMaterializer:
         if state is not None and self.ttl_ms is not None and ctx.now_ms - _touched(state) > self.ttl_ms:
             ctx.metrics["state_expired"] += 1
             state = None
-        ops = consolidate(changes, ordered_pairs=self.strategy == "DEDUPLICATE")
         pos = max(c.pos for c in changes)
         if self.strategy == "DEDUPLICATE":
-            return self._deduplicate(ops, state, pos, ctx)
-        return self._single_row(key, ops, state, pos, ctx)
+            return self._deduplicate(in_position_order(changes), state, pos, ctx)
+        return self._single_row(key, consolidate(changes), state, pos, ctx)
 
     def _deduplicate(self, ops, st: ActiveRows | None, pos: tuple, ctx: BatchContext):
+        """One record at a time against the state, as Flink's SinkUpsertMaterializer."""
         replace = self.upsert_key is not None
         old = st.latest() if st is not None else None
         for op_pos, is_add, row in ops:
@@ -225,7 +263,7 @@ class SinkMaterializer:
                 if st is None:
                     st = ActiveRows()
                 st.add(ident, row, op_pos, replace)
-            elif st is None or not st.retract(ident, replace):
+            elif st is None or not st.retract(ident):
                 ctx.metrics["retractions_without_state"] += 1
         if st is None or not st.nodes:
             return None, diff_to_changes(old, None, pos)
@@ -272,17 +310,21 @@ class SinkMaterializer:
         return (first[0], first[2], ctx.now_ms), diff_to_changes(old, first[0], pos)
 
 
-def consolidate(changes: list[Change], ordered_pairs: bool) -> list[tuple[tuple, bool, tuple]]:
-    """Cancel exact +X/-X pairs, then order the rest: ``(pos, is_add, row)`` sorted by
-    position, retractions before adds at one position, ties by repr (never arrival order).
+def in_position_order(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
+    """``(pos, is_add, row)`` by position, retractions before adds at one position (the
+    ``-U`` of an update precedes its ``+U``), ties by repr: never arrival order."""
+    if len(changes) == 1:
+        c = changes[0]
+        return [(c.pos, c.is_add, c.row)]
+    ops = [(c.pos, c.is_add, c.row) for c in changes]
+    ops.sort(key=lambda op: (op[0], op[1], repr(op[2])))
+    return ops
 
-    ``ordered_pairs=False`` (NOTHING/ERROR): pairs cancel wherever they sit, as Flink's
-    compacting materializer cancels them inside one compaction step; the earliest adds
-    cancel against the latest retractions. ``ordered_pairs=True`` (DEDUPLICATE): a ``-X``
-    cancels only an add of ``X`` at an earlier position (the earliest such add, as Flink's
-    ``findFirst`` removes the first copy). A ``-X`` positioned at or before a ``+X``
-    retracts the *previous* copy and the add is a fresh one, so it moves ``X`` to the
-    latest position, as a delete-and-reinsert (or a no-op update) does in Flink."""
+
+def consolidate(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
+    """NOTHING/ERROR: cancel exact +X/-X pairs wherever they sit, as Flink's compacting
+    materializer cancels them inside one compaction step (the earliest adds cancel against
+    the latest retractions), then order the rest as ``in_position_order`` does."""
     if len(changes) == 1:
         c = changes[0]
         return [(c.pos, c.is_add, c.row)]
@@ -294,37 +336,11 @@ def consolidate(changes: list[Change], ordered_pairs: bool) -> list[tuple[tuple,
     for row in adds.keys() | rets.keys():
         a = sorted(adds.get(row, ()))
         r = sorted(rets.get(row, ()))
-        if not a or not r:
-            pass
-        elif not ordered_pairs:
-            k = min(len(a), len(r))
-            a, r = a[k:], r[: len(r) - k]
-        else:
-            a, r = _cancel_ordered(a, r)
-        ops.extend((p, True, row) for p in a)
-        ops.extend((p, False, row) for p in r)
+        k = min(len(a), len(r))
+        ops.extend((p, True, row) for p in a[k:])
+        ops.extend((p, False, row) for p in r[: len(r) - k])
     ops.sort(key=lambda op: (op[0], op[1], repr(op[2])))
     return ops
-
-
-def _cancel_ordered(adds: list, rets: list) -> tuple[list, list]:
-    """Each retraction (in position order) cancels the earliest uncancelled add positioned
-    strictly before it. Both lists are sorted; returns what is left of each."""
-    left_adds: list = []
-    left_rets: list = []
-    pending = deque()  # adds seen so far, not yet cancelled
-    i = 0
-    for r in rets:
-        while i < len(adds) and adds[i] < r:
-            pending.append(adds[i])
-            i += 1
-        if pending:
-            pending.popleft()
-        else:
-            left_rets.append(r)
-    left_adds.extend(pending)
-    left_adds.extend(adds[i:])
-    return left_adds, left_rets
 
 
 def _touched(state: Any) -> int:
