@@ -12,6 +12,18 @@ applied at once and the stage emits one net change (``+I`` new group, ``-U``/``+
 row, ``-D`` when the group's row count reaches 0, nothing when the output row is unchanged).
 The output position is the greatest position among the batch's changes for that group.
 
+Refresh (what Flink's record-by-record ``GroupAggFunction`` shows downstream): when the output
+row ends the batch with the value it started with, Flink may still have emitted changes for
+it during the batch (the group emptied and re-created, a value changed and changed back), and
+downstream the row then sits at the later position; a sink ``ON CONFLICT DO DEDUPLICATE``
+picks its latest row by that position. So in that case the batch's changes are replayed one
+by one on a copy of the old state, in position order with retractions before adds at one
+position (ties by the row's repr, so arrival order never matters); if the output changed or
+vanished at any step, the stage emits ``-U X`` at the first such step's position and ``+U X``
+at the last one's. An add that leaves the output equal at every step (e.g. a SUM-neutral
+value with no COUNT) emits nothing, as Flink does with state TTL off. Only groups with more
+than one change in the batch and an unchanged output pay for the copy.
+
 Semantics worth knowing:
 - SQL nulls are ignored by every function; SUM/MIN/MAX/AVG/LAST_VALUE of only nulls is NULL,
   COUNT(col) of only nulls is 0. COUNT(*) (``COUNT_STAR``) counts rows.
@@ -28,13 +40,14 @@ Semantics worth knowing:
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from tidemark.engine.changelog import Change, diff_to_changes
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, diff_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -226,6 +239,8 @@ class GroupAggregate:
             net[c.row] += c.weight
         pos = max(c.pos for c in changes)
         old = self._output(key, state) if state is not None else None
+        # Only a batch of several changes can change the output and change it back.
+        before = copy.deepcopy(state) if state is not None and len(changes) > 1 else None
         st = state if state is not None else GroupState(self.aggs)
 
         delta_rows = sum(net.values())
@@ -235,6 +250,15 @@ class GroupAggregate:
         if st.rows == 0:
             return None, diff_to_changes(old, None, pos)
 
+        self._feed(st, net, changes)
+        new = self._output(key, st)
+        if new == old and before is not None:
+            return st, self._refresh(key, before, old, changes)
+        return st, diff_to_changes(old, new, pos)
+
+    def _feed(self, st: GroupState, net: Counter, changes: Sequence[Change]) -> None:
+        """Feed the (net) input rows to every accumulator; ``st.rows`` is the caller's job."""
+        delta_rows = sum(net.values())
         for i, call in enumerate(self.aggs):
             acc = st.accs[i]
             if call.func == "LAST_VALUE":
@@ -260,7 +284,34 @@ class GroupAggregate:
                         acc.update(v, 1)
                     elif before > 0 and after == 0:
                         acc.update(v, -1)
-        return st, diff_to_changes(old, self._output(key, st), pos)
+
+    def _refresh(self, key: tuple, st: GroupState, old: tuple, changes: Sequence[Change]) -> list[Change]:
+        """Replay ``changes`` one by one on ``st`` (a copy of the old state) as Flink would;
+        if the output changed at any step, re-emit ``old`` as ``-U``/``+U`` at the first
+        and last such step's positions, else nothing."""
+        sim: GroupState | None = st
+        prev, first, last = old, None, None
+        for c in sorted(changes, key=_step_order):
+            w = c.weight
+            if sim is None:
+                if w < 0:
+                    continue  # Flink ignores a retraction for a group it has no state for
+                sim = GroupState(self.aggs)
+            if sim.rows + w < 0:
+                continue
+            sim.rows += w
+            if sim.rows == 0:
+                sim = None  # the group emptied: Flink clears its state and emits -D
+            else:
+                self._feed(sim, Counter({c.row: w}), [c])
+            out = self._output(key, sim) if sim is not None else None
+            if out != prev:
+                prev = out
+                first = c.pos if first is None else first
+                last = c.pos
+        if last is None:
+            return []
+        return [Change(UPDATE_BEFORE, old, first), Change(UPDATE_AFTER, old, last)]
 
     @staticmethod
     def _apply_last_value(acc: LastValueAcc, arg: int, changes: list[Change]) -> None:
@@ -289,3 +340,9 @@ class GroupAggregate:
             else:
                 vals.append(acc.result())
         return tuple(key) + tuple(vals)
+
+
+def _step_order(c: Change) -> tuple:
+    """Flink's record order as far as positions tell it: by position, retractions before
+    adds at one position, then the row's repr so arrival order never matters."""
+    return (c.pos, c.is_add, repr(c.row))

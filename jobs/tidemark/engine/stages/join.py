@@ -22,6 +22,18 @@ the position of the change that (un)padded it if that is later, so a retraction 
 it causes sort in the right order at the sink materializer. Kinds come from
 ``zset_to_changes``: retractions first; ``-U``/``+U`` when the batch both retracts and adds
 rows for the key, ``-D``/``+I`` otherwise.
+
+Refresh (what Flink's record-by-record join shows downstream): an input row deleted and
+re-inserted in one batch nets to nothing, yet Flink retracted and re-emitted its joined rows,
+which downstream then sit at the later position (a sink ``ON CONFLICT DO DEDUPLICATE`` picks
+its latest row by position). So an input row whose changes cancel is not dropped when it
+was re-added last and is in state: it is applied as a retraction (at its latest retraction's
+position) and then an add (at its latest add's position). Likewise one added and then
+retracted (add strictly earlier) is applied as both, so a partner padded again re-appears at
+the later position. Input rows are applied in position order (retractions before adds at one
+position, then side and repr, never arrival order). An output row whose net weight is 0 but
+that was first retracted and last re-added is emitted as ``-U X`` (position of its first
+retraction) / ``+U X`` (position of its last add).
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from tidemark.engine.changelog import Change, zset_to_changes
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, zset_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -83,11 +95,25 @@ class Join:
     ) -> tuple[list | None, list[Change]]:
         delta: Counter = Counter()
         pos_of: dict = {}
+        # per output row: [first emission an add?, last one an add?, pos of first
+        # retraction, pos of last add]
+        trace: dict = {}
 
         def emit(row: tuple, w: int, pos: tuple) -> None:
+            if w == 0:
+                return
             delta[row] += w
             prev = pos_of.get(row)
             pos_of[row] = pos if prev is None or pos > prev else prev
+            t = trace.get(row)
+            if t is None:
+                t = trace[row] = [w > 0, w > 0, None, None]
+            t[1] = w > 0
+            if w < 0:
+                if t[2] is None:
+                    t[2] = pos
+            else:
+                t[3] = pos
 
         if any(v is None for v in key):
             # NULL never equals anything: nothing to store, outer sides pass through padded.
@@ -95,14 +121,44 @@ class Join:
                 if self.outer[side]:
                     for row, (w, pos) in _consolidate(inputs[side]).items():
                         emit(self._padded(side, row), w, pos)
-            return None, _encode(delta, pos_of)
+            return None, _encode(delta, pos_of, trace)
 
         st = state if state is not None else [{}, {}]
-        for side in (0, 1):
-            for row, (w, pos) in _consolidate(inputs[side]).items():
-                self._apply(side, row, w, pos, st, emit, ctx)
+        for side, row, w, pos in self._steps(inputs, st):
+            self._apply(side, row, w, pos, st, emit, ctx)
         new_state = st if (st[0] or st[1]) else None
-        return new_state, _encode(delta, pos_of)
+        return new_state, _encode(delta, pos_of, trace)
+
+    @staticmethod
+    def _steps(inputs: Sequence[list[Change]], st: list) -> list[tuple]:
+        """The batch's input rows as (side, row, weight, pos) steps in position order. A row
+        whose changes cancel becomes a retract+add (re-added last, in state) or add+retract
+        (added strictly earlier) pair of steps, so its joined rows move as in Flink."""
+        steps: list[tuple] = []
+        for side in (0, 1):
+            w: Counter = Counter()
+            add_pos: dict = {}
+            ret_pos: dict = {}
+            for c in inputs[side]:
+                w[c.row] += c.weight
+                best = add_pos if c.is_add else ret_pos
+                if c.row not in best or c.pos > best[c.row]:
+                    best[c.row] = c.pos
+            for row, n in w.items():
+                if n > 0:
+                    steps.append((side, row, n, add_pos[row]))
+                elif n < 0:
+                    steps.append((side, row, n, ret_pos[row]))
+                elif row in add_pos and row in ret_pos:
+                    a, r = add_pos[row], ret_pos[row]
+                    if a < r:
+                        steps.append((side, row, 1, a))
+                        steps.append((side, row, -1, r))
+                    elif row in st[side]:
+                        steps.append((side, row, -1, r))
+                        steps.append((side, row, 1, a))
+        steps.sort(key=lambda s: (s[3], s[2] > 0, s[0], repr(s[1])))
+        return steps
 
     def _apply(self, side: int, row: tuple, w: int, pos: tuple, st: list, emit, ctx) -> None:
         mine, theirs = st[side], st[1 - side]
@@ -154,5 +210,12 @@ def _consolidate(changes: list[Change]) -> dict[tuple, tuple[int, tuple]]:
     return {r: (n, add_pos[r] if n > 0 else ret_pos[r]) for r, n in w.items() if n != 0}
 
 
-def _encode(delta: Counter, pos_of: dict) -> list[Change]:
-    return zset_to_changes({r: n for r, n in delta.items() if n != 0}, pos_of)
+def _encode(delta: Counter, pos_of: dict, trace: dict) -> list[Change]:
+    out = zset_to_changes({r: n for r, n in delta.items() if n != 0}, pos_of)
+    for row, (first_add, last_add, ret, add) in trace.items():
+        # net 0, first retracted and re-added last: it was there before and is again,
+        # at the later position
+        if delta[row] == 0 and not first_add and last_add:
+            out.append(Change(UPDATE_BEFORE, row, ret))
+            out.append(Change(UPDATE_AFTER, row, add))
+    return out

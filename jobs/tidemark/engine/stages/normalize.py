@@ -10,13 +10,28 @@ position wins, whatever order the host delivers them in. At equal positions an u
 a delete (retractions before adds at the same position), and remaining ties are broken by the
 row's repr so the result never depends on arrival order. ``-U`` records carry no information
 in upsert mode (Flink ignores them too) and are dropped.
+
+Refresh: the batch's records are replayed in that order the way Flink's ``ChangelogNormalize``
+sees them one by one (an upsert identical to the current row is dropped, as Flink does with
+state TTL off). When the row ends the batch with the value it started with but some record in
+between changed it (deleted and re-inserted, or changed and changed back), Flink emitted
+changes for it and the row now sits at the later position downstream; Tidemark emits
+``-U X`` (position of the first change) / ``+U X`` (position of the last one) so positions
+downstream advance the same way (a sink ``ON CONFLICT DO DEDUPLICATE`` picks the latest row by
+position). A changed row is emitted at the position of the last record that changed it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidemark.engine.changelog import DELETE, UPDATE_BEFORE, Change, diff_to_changes
+from tidemark.engine.changelog import (
+    DELETE,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    Change,
+    diff_to_changes,
+)
 from tidemark.engine.stage import BatchContext
 
 
@@ -39,22 +54,35 @@ class Normalize:
         records = [c for c in inputs[0] if c.kind != UPDATE_BEFORE]
         if not records:
             return state, []
-        winner = max(records, key=_precedence)
-        if winner.kind == DELETE:
+        records.sort(key=_precedence)
+        winner = records[-1]
+        if winner.kind != DELETE and len(winner.row) != self.width:
+            raise ValueError(
+                f"{self.name}: row {winner.row!r} has {len(winner.row)} columns, "
+                f"expected {self.width}"
+            )
+        # Replay record by record: which records would have changed the row (Flink emits
+        # a change for each), the first and the last of them.
+        cur, first, last = state, None, None
+        for r in records:
+            nxt = None if r.kind == DELETE else tuple(r.row)
+            if nxt != cur:
+                cur = nxt
+                first = r.pos if first is None else first
+                last = r.pos
+        if cur is None:
             if state is None:
                 # A tombstone for a key we never saw: nothing to retract. Counted, because
                 # it usually means lost state (TTL) or a topic compacted before we started.
                 if not any(r.is_add for r in records):
                     ctx.metrics["retractions_without_state"] += 1
                 return None, []
-            return None, diff_to_changes(state, None, winner.pos)
-        if len(winner.row) != self.width:
-            raise ValueError(
-                f"{self.name}: row {winner.row!r} has {len(winner.row)} columns, "
-                f"expected {self.width}"
-            )
-        new = tuple(winner.row)
-        return new, diff_to_changes(state, new, winner.pos)
+            return None, diff_to_changes(state, None, last)
+        if cur == state:
+            if last is None:
+                return state, []  # identical upserts only: Flink drops them
+            return state, [Change(UPDATE_BEFORE, state, first), Change(UPDATE_AFTER, state, last)]
+        return cur, diff_to_changes(state, cur, last)
 
 
 def _precedence(c: Change) -> tuple:
