@@ -49,13 +49,15 @@ class StateDirInUse(Exception):
 
 
 def job_argv(base: list[str], sql_file: Path, bootstrap_servers: str, checkpoint: str,
-             master: str | None, until_idle: bool) -> list[str]:
+             master: str | None, until_idle: bool, max_records_per_trigger: int | None = None) -> list[str]:
     """The job's command line as a list: user text (the SQL) only ever travels in a file."""
     argv = [*base, str(sql_file), "--bootstrap-servers", bootstrap_servers, "--checkpoint", checkpoint]
     if master:
         argv += ["--master", master]
     if until_idle:
         argv.append("--until-idle")
+    if max_records_per_trigger:
+        argv += ["--max-records-per-trigger", str(int(max_records_per_trigger))]
     return argv
 
 
@@ -224,7 +226,8 @@ class Controller:
             checkpoint = f"{root.rstrip('/')}/{rec.name}-{rec.uid[:12]}"
             options = rec.options or {}
             argv = job_argv(self.settings.job_command, sql_file, self.settings.bootstrap_servers, checkpoint,
-                            self.settings.spark_master, bool(options.get("until_idle")))
+                            self.settings.spark_master, bool(options.get("until_idle")),
+                            options.get("max_records_per_trigger"))
             spec = JobSpec(name=rec.name, argv=argv, workdir=workdir,
                            env={"TIDEMARK_PIPELINE_UID": rec.uid},
                            restart=bool(options.get("restart")),

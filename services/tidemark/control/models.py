@@ -20,6 +20,8 @@ class PipelineOptions(BaseModel):
     restart: bool = Field(False, description="Restart the job with exponential backoff when it dies")
     until_idle: bool = Field(False, description="Stop once every input is consumed (backfills, tests)")
     restart_max_backoff_s: float = Field(60.0, ge=1.0, le=3600.0, description="Cap of the restart backoff")
+    max_records_per_trigger: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="Rate limit: at most N source records per micro-batch")
 
 
 class PipelineCreate(BaseModel):
