@@ -62,8 +62,11 @@ def _workloads() -> list[generate.Workload]:
 WORKLOADS = _workloads()
 REPRODUCTIONS = {w.name: w for w in generate.reproductions()}
 #: reproductions of differences where Tidemark is wrong (docs/conformance.md "Open differences");
-#: reported as xfail while Tidemark differs; passes once the stage is fixed (then drop the entry)
-OPEN_DIFFERENCES = {
+#: reported as xfail while Tidemark differs; passes once the stage is fixed (then the entry
+#: moves to ALIGNED, where a difference fails the test)
+OPEN_DIFFERENCES: set[str] = set()
+#: former open differences, fixed in the stages: Tidemark must keep giving Flink's table
+ALIGNED = {
     "dedup-identical-copies-retract-oldest",
     "dedup-reinserted-same-row-keeps-old-position",
     "dedup-rejoined-same-row-keeps-old-position",
@@ -246,7 +249,7 @@ def test_sink_rows_come_from_the_query(w: generate.Workload) -> None:
                 f"{w.name}: after batch {i + 1} the sink has {table}, the query produces {produced}")
 
 
-@pytest.mark.parametrize("name", sorted(set(REPRODUCTIONS) - OPEN_DIFFERENCES))
+@pytest.mark.parametrize("name", sorted(set(REPRODUCTIONS) - OPEN_DIFFERENCES - ALIGNED))
 def test_flink_defect_reproduction(name: str, flink: dict[str, dict]) -> None:
     """Each documented Flink defect, on its minimal input: Flink gives the wrong table the
     docs show, Tidemark the one the strategy defines, and the defect's check fires."""
@@ -269,6 +272,15 @@ def test_open_difference_reproduction(name: str, flink: dict[str, dict]) -> None
     if ours != w.expect["flink"]:
         pytest.xfail(f"open difference '{name}' (docs/conformance.md): Tidemark gives {ours}, "
                      f"Flink {w.expect['flink']}")
+
+
+@pytest.mark.parametrize("name", sorted(ALIGNED))
+def test_aligned_reproduction(name: str, flink: dict[str, dict]) -> None:
+    """A fixed difference stays fixed: on its minimal input Tidemark gives Flink's table."""
+    w = REPRODUCTIONS[name]
+    assert flink[name]["ok"], flink[name]["error"]
+    assert flink[name]["steps"] == w.expect["flink"]
+    assert run_tidemark(w).steps == w.expect["flink"]
 
 
 def test_workloads_exercise_conflicts_and_failures(flink: dict[str, dict]) -> None:
