@@ -1,0 +1,235 @@
+"""Merge engines end to end: ``tidemark run`` on Spark, from a Kafka source topic to the
+sink topic, against the in-process ``ReplayHost`` on the same records.
+
+One pipeline per engine (deduplicate with ``sequence.field``, partial-update with sequence
+groups, aggregation, first-row), each fed a short changelog with out-of-order sequence
+values and, where the engine takes them, retractions. The job runs until idle with a
+small per-trigger cap, so the records cross several micro-batches (disorder across
+batches goes through the Spark state store, not only inside one batch). The reference host
+replays exactly the batches the job reports (same offsets, same positions), so the sink
+topic must materialize to the host's table; each test also pins the table by hand, so a
+change that broke both hosts alike still fails.
+
+The ``lookup`` changelog producer writes a ``changelog-json`` topic; there the records
+themselves are compared, kind and row, in order per key and batch, with what the host
+emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from run_support import (
+    encode_source,
+    produce,
+    replay_batches,
+    replay_reference,
+    sink_changes,
+    sink_records,
+    sink_table,
+    unique_topics,
+)
+
+from tidemark.engine.changelog import Change
+from tidemark.engine.pipeline import Pipeline, compile_sql
+from tidemark.engine.replay import ReplayHost
+from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.transactional import BATCH_HEADER
+from tidemark.spark.job import RunResult, run_pipeline
+
+pytestmark = pytest.mark.integration
+
+#: records per micro-batch: every pipeline below runs in 3 to 4 batches
+PER_TRIGGER = 2
+
+
+def rec(kind: str, **row) -> dict:
+    return {"kind": kind, "row": row}
+
+
+def run(spark, bootstrap: str, tmp_path, sql: str, tag: str, records: Sequence[dict]) -> tuple[Pipeline, RunResult]:
+    """Produce ``records`` to the pipeline's only source (one partition, in order) and run
+    the pipeline until idle."""
+    sql, topics = unique_topics(sql, tag)
+    pipeline = compile_sql(sql)
+    (source,) = pipeline.sources.values()
+    ensure_topics(bootstrap, {topics["src"]: 1})
+    produce(bootstrap, topics["src"], encode_source(source, records))
+    result = run_pipeline(
+        spark, pipeline, bootstrap, str(tmp_path / "checkpoint"), name=f"merge-{tag}-{topics['src'][-8:]}",
+        max_records_per_trigger=PER_TRIGGER,
+    )
+    assert result.rows_in == len(records)
+    assert len(result.reports) >= 3, "the records must cross several micro-batches"
+    return pipeline, result
+
+
+def assert_sink_matches_replay(bootstrap: str, pipeline: Pipeline, result: RunResult, expected: dict) -> None:
+    reference = replay_reference(bootstrap, pipeline, result.reports)
+    assert sink_table(bootstrap, pipeline, result.sink_writer_id) == reference.table()
+    assert reference.table() == expected
+
+
+# ---------------------------------------------------------------------------- deduplicate
+
+DEDUPLICATE = """
+CREATE TABLE src (k BIGINT, v STRING, s BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'src', 'format' = 'changelog-json');
+CREATE TABLE dst (k BIGINT, v STRING, s BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'dst', 'format' = 'upsert-json', 'sequence.field' = 's');
+INSERT INTO dst SELECT k, v, s FROM src;
+"""
+
+
+def test_deduplicate_with_sequence_field(spark, kafka_bootstrap, tmp_path):
+    records = [
+        rec("+I", k=1, v="a", s=5),
+        rec("+I", k=2, v="x", s=1),
+        rec("+U", k=1, v="b", s=3),  # older sequence, later batch: loses to s=5
+        rec("-D", k=2, v="x", s=1),  # deletes key 2, leaving a tombstone at s=1
+        rec("+I", k=2, v="y", s=0),  # older than the tombstone: key 2 stays deleted
+        rec("+I", k=3, v="p", s=2),
+        rec("+U", k=1, v="c", s=7),
+        rec("+U", k=3, v="q", s=1),  # older: loses
+    ]
+    pipeline, result = run(spark, kafka_bootstrap, tmp_path, DEDUPLICATE, "dedup", records)
+    assert_sink_matches_replay(kafka_bootstrap, pipeline, result, {(1,): (1, "c", 7), (3,): (3, "p", 2)})
+
+
+# ---------------------------------------------------------------------------- partial-update
+
+PARTIAL_UPDATE = """
+CREATE TABLE src (k BIGINT, a STRING, b BIGINT, g1 BIGINT, c STRING, g2 BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'src', 'format' = 'changelog-json');
+CREATE TABLE dst (k BIGINT, a STRING, b BIGINT, g1 BIGINT, c STRING, g2 BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'dst', 'format' = 'upsert-json', 'merge-engine' = 'partial-update',
+        'fields.g1.sequence-group' = 'a,b', 'fields.b.aggregate-function' = 'sum',
+        'fields.g2.sequence-group' = 'c');
+INSERT INTO dst SELECT k, a, b, g1, c, g2 FROM src;
+"""
+
+
+def test_partial_update_with_sequence_groups(spark, kafka_bootstrap, tmp_path):
+    records = [
+        rec("+I", k=1, a="a1", b=10, g1=1, c=None, g2=None),
+        rec("+I", k=1, a=None, b=None, g1=None, c="c2", g2=2),
+        rec("+I", k=1, a="a0", b=5, g1=0, c="c1", g2=1),  # older in both groups: only the sum takes it
+        rec("+I", k=2, a="z", b=1, g1=1, c="w", g2=1),
+        rec("-D", k=2, a=None, b=None, g1=None, c="w", g2=2),  # a newer retraction nulls group g2 only
+        rec("+I", k=1, a="a3", b=1, g1=3, c=None, g2=None),
+        rec("+I", k=2, a="old", b=2, g1=0, c="old", g2=0),  # older in both groups
+    ]
+    pipeline, result = run(spark, kafka_bootstrap, tmp_path, PARTIAL_UPDATE, "partial", records)
+    assert_sink_matches_replay(kafka_bootstrap, pipeline, result, {
+        (1,): (1, "a3", 16, 3, "c2", 2),
+        (2,): (2, "z", 3, 1, None, 2),
+    })
+
+
+# ---------------------------------------------------------------------------- aggregation
+
+AGGREGATION = """
+CREATE TABLE src (id BIGINT, k BIGINT, price DOUBLE, qty BIGINT, note STRING, PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('topic' = 'src', 'format' = 'changelog-json');
+CREATE TABLE dst (k BIGINT, price DOUBLE, qty BIGINT, n BIGINT, note STRING, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'dst', 'format' = 'upsert-json', 'merge-engine' = 'aggregation',
+        'fields.price.aggregate-function' = 'max', 'fields.price.ignore-retract' = 'true',
+        'fields.qty.aggregate-function' = 'sum', 'fields.n.aggregate-function' = 'count',
+        'fields.note.aggregate-function' = 'last_value');
+INSERT INTO dst SELECT k, price, qty, qty, note FROM src;
+"""
+
+
+def test_aggregation_with_retractions(spark, kafka_bootstrap, tmp_path):
+    records = [
+        rec("+I", id=1, k=1, price=23.0, qty=15, note="n1"),
+        rec("+I", id=2, k=1, price=30.2, qty=20, note="n2"),
+        rec("+I", id=3, k=2, price=5.0, qty=1, note="m"),
+        rec("-U", id=1, k=1, price=23.0, qty=15, note="n1"),  # retracts sum/count/last_value, not max
+        rec("+U", id=1, k=1, price=10.0, qty=7, note="n1b"),
+        rec("+I", id=4, k=2, price=9.0, qty=None, note=None),
+        rec("-D", id=3, k=2, price=5.0, qty=1, note="m"),
+    ]
+    pipeline, result = run(spark, kafka_bootstrap, tmp_path, AGGREGATION, "agg", records)
+    assert_sink_matches_replay(kafka_bootstrap, pipeline, result, {
+        (1,): (1, 30.2, 27, 2, "n1b"),
+        (2,): (2, 9.0, 0, 0, None),
+    })
+
+
+# ---------------------------------------------------------------------------- first-row
+
+FIRST_ROW = """
+CREATE TABLE src (id BIGINT, u BIGINT, url STRING, PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('topic' = 'src', 'format' = 'changelog-json');
+CREATE TABLE dst (u BIGINT, url STRING, PRIMARY KEY (u) NOT ENFORCED)
+  WITH ('topic' = 'dst', 'format' = 'upsert-json', 'merge-engine' = 'first-row', 'ignore-delete' = 'true');
+INSERT INTO dst SELECT u, url FROM src;
+"""
+
+
+def test_first_row_keeps_the_first_and_ignores_deletes(spark, kafka_bootstrap, tmp_path):
+    records = [
+        rec("+I", id=1, u=7, url="/a"),
+        rec("+I", id=2, u=8, url="/b"),
+        rec("+I", id=3, u=7, url="/c"),
+        rec("-D", id=1, u=7, url="/a"),  # ignored
+        rec("+I", id=4, u=9, url="/d"),
+        rec("+I", id=5, u=8, url="/e"),
+    ]
+    pipeline, result = run(spark, kafka_bootstrap, tmp_path, FIRST_ROW, "first", records)
+    assert_sink_matches_replay(kafka_bootstrap, pipeline, result, {
+        (7,): (7, "/a"), (8,): (8, "/b"), (9,): (9, "/d"),
+    })
+    # insert-only: every key written once, never updated or deleted
+    written = sink_changes(pipeline, sink_records(kafka_bootstrap, pipeline))
+    assert sorted(c.row for c in written) == [(7, "/a"), (8, "/b"), (9, "/d")]
+
+
+# ---------------------------------------------------------------------------- lookup producer
+
+LOOKUP = """
+CREATE TABLE src (k BIGINT, v BIGINT, s BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'src', 'format' = 'changelog-json');
+CREATE TABLE dst (k BIGINT, v BIGINT, s BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'dst', 'format' = 'changelog-json', 'merge-engine' = 'aggregation',
+        'fields.v.aggregate-function' = 'sum', 'sequence.field' = 's', 'changelog-producer' = 'lookup');
+INSERT INTO dst SELECT k, v, s FROM src;
+"""
+
+
+def per_key(pipeline: Pipeline, batches: Sequence[tuple[int, Sequence[Change]]]) -> dict[tuple, list[tuple]]:
+    """``(batch, kind, row)`` per sink key, in emitted order."""
+    pk = pipeline.sink.pk_indexes
+    out: dict[tuple, list[tuple]] = {}
+    for batch, changes in batches:
+        for c in changes:
+            out.setdefault(tuple(c.row[i] for i in pk), []).append((batch, c.kind, c.row))
+    return out
+
+
+def test_lookup_producer_record_by_record(spark, kafka_bootstrap, tmp_path):
+    records = [
+        rec("+I", k=1, v=10, s=2),
+        rec("+I", k=2, v=5, s=1),
+        rec("+I", k=1, v=3, s=1),  # older sequence: the sum takes it, s stays 2
+        rec("+I", k=3, v=1, s=1),
+        rec("+I", k=1, v=4, s=5),
+        rec("-D", k=2, v=5, s=1),  # retracts the sum
+        rec("+I", k=3, v=2, s=0),
+    ]
+    pipeline, result = run(spark, kafka_bootstrap, tmp_path, LOOKUP, "lookup", records)
+
+    host = ReplayHost(pipeline, clock=lambda: 0)
+    batch_ids = sorted(r.batch_id for r in result.reports)
+    emitted = [(b, host.run_batch(batch)) for b, batch in zip(batch_ids, replay_batches(kafka_bootstrap, pipeline, result.reports))]
+
+    written = sink_records(kafka_bootstrap, pipeline, result.sink_writer_id)
+    got = [(int(r.header(BATCH_HEADER)), sink_changes(pipeline, [r])) for r in written]
+    assert per_key(pipeline, got) == per_key(pipeline, emitted)
+    # the lookup producer's own shape: a full changelog with before-images
+    assert [(kind, row) for _, kind, row in per_key(pipeline, emitted)[(1,)]][:1] == [("+I", (1, 10, 2))]
+    kinds = {kind for _, kind, _ in sum(per_key(pipeline, emitted).values(), [])}
+    assert {"+I", "-U", "+U"} <= kinds
+    assert host.table() == {(1,): (1, 17, 5), (2,): (2, 0, 1), (3,): (3, 3, 1)}
