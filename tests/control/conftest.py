@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from control_support import FAKE_JOB, TOKEN, Service
+from control_support import FAKE_JOB, TOKEN, Proc, Service
 
 from tidemark.control.settings import ControlSettings
 
@@ -56,3 +56,14 @@ def service(make_service) -> Service:
     return make_service()
 
 
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """``tidemark control`` processes a test starts; killed at the end if still running."""
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        if proc.p.poll() is None:
+            proc.p.kill()
+            proc.p.wait()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -93,3 +96,52 @@ def assert_never_overlapped(intervals: dict[str, list[tuple[float, float]]]) -> 
     for name, runs in intervals.items():
         for (s1, e1), (s2, e2) in zip(runs, runs[1:]):
             assert e1 <= s2, f"pipeline {name}: a run [{s1}, {e1}] overlapped the next [{s2}, {e2}]"
+
+
+TIDEMARK = str(Path(sys.executable).parent / "tidemark")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """``tidemark control`` as a child process with its stderr in a file."""
+
+    def __init__(self, broker: str, topic: str, state_dir: Path, log: Path, port: int | None = None,
+                 job_command: list[str] | None = FAKE_JOB):
+        """``job_command=None``: the default job, the real ``tidemark run``."""
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_JOB_COMMAND"}
+        env["TIDEMARK_API_TOKEN"] = TOKEN
+        if job_command is not None:
+            env["TIDEMARK_JOB_COMMAND"] = shlex.join(job_command)
+        self.log = log
+        with open(log, "ab") as err:
+            self.p = subprocess.Popen(
+                [TIDEMARK, "control", "--port", str(self.port), "--bootstrap-servers", broker,
+                 "--registry-topic", topic, "--state-dir", str(state_dir)],
+                stdout=err, stderr=err, env=env)
+        self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        wait_for(self._ready, timeout=60, what="tidemark control ready")
+
+    def _ready(self) -> bool:
+        assert self.p.poll() is None, self.log.read_text()[-2000:]
+        try:
+            return httpx.get(self.url + "/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def status(self, name: str) -> dict:
+        return self.client.get(f"/v1/pipelines/{name}/status").json()
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.split(") ", 1)[1][0] != "Z"

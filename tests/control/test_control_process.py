@@ -3,71 +3,13 @@
 from __future__ import annotations
 
 import os
-import shlex
 import signal
-import socket
 import subprocess
-import sys
-from pathlib import Path
 
-import httpx
 import pytest
-from control_support import FAKE_JOB, TOKEN, register, wait_for
+from control_support import TIDEMARK, Proc, alive, free_port, register, wait_for
 
 pytestmark = pytest.mark.integration
-
-TIDEMARK = str(Path(sys.executable).parent / "tidemark")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Proc:
-    """``tidemark control`` as a child process with its stderr in a file."""
-
-    def __init__(self, broker: str, topic: str, state_dir: Path, log: Path, port: int | None = None):
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "TIDEMARK_API_TOKEN": TOKEN, "TIDEMARK_JOB_COMMAND": shlex.join(FAKE_JOB)}
-        self.log = log
-        with open(log, "ab") as err:
-            self.p = subprocess.Popen(
-                [TIDEMARK, "control", "--port", str(self.port), "--bootstrap-servers", broker,
-                 "--registry-topic", topic, "--state-dir", str(state_dir)],
-                stdout=err, stderr=err, env=env)
-        self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-        wait_for(self._ready, timeout=60, what="tidemark control ready")
-
-    def _ready(self) -> bool:
-        assert self.p.poll() is None, self.log.read_text()[-2000:]
-        try:
-            return httpx.get(self.url + "/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def status(self, name: str) -> dict:
-        return self.client.get(f"/v1/pipelines/{name}/status").json()
-
-
-@pytest.fixture
-def procs():
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        if proc.p.poll() is None:
-            proc.p.kill()
-            proc.p.wait()
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.split(") ", 1)[1][0] != "Z"
 
 
 def test_refuses_to_start_without_a_token(broker):
