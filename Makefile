@@ -33,7 +33,7 @@ conformance: $(STAMP) $(FLINK_STAMP)
 	TIDEMARK_CONFORMANCE=full $(PY) -m pytest -m conformance tests/conformance
 
 demo: $(STAMP)
-	$(VENV)/bin/tidemark replay examples/s1_s2_join.sql --input s1=examples/s1.jsonl --input s2=examples/s2.jsonl --emit table
+	$(PY) -m tidemark.control.demo
 
 clean:
 	rm -rf $(VENV) $(FLINK_VENV) build *.egg-info
