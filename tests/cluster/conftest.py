@@ -1,5 +1,9 @@
 """A Spark standalone cluster (master + one worker from the pyspark distribution, on
-loopback) shared by the cluster tests of a module."""
+loopback) shared by the cluster tests of a module, and a broker for their pipelines.
+
+The broker: ``$KAFKA_BOOTSTRAP_SERVERS`` when set, else an embedded one for this module
+only. (The session's broker fixture lives in ``tests/integration/conftest.py``, which this
+directory cannot see; if it moves to ``tests/conftest.py`` this fixture should use it.)"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tidemark.kafka.broker import configured_bootstrap, embedded_broker
 from tidemark.spark.cluster import LocalStandaloneCluster
 
 
@@ -30,3 +35,13 @@ def standalone_cluster() -> Iterator[LocalStandaloneCluster]:
     # the worker's group held the executors and their Python workers: all gone
     leftover = [g for g in groups if _group_alive(g)]
     assert not leftover, f"cluster processes left behind in process groups {leftover}"
+
+
+@pytest.fixture(scope="module")
+def cluster_kafka() -> Iterator[str]:
+    explicit = configured_bootstrap()
+    if explicit:
+        yield explicit
+        return
+    with embedded_broker() as bootstrap:
+        yield bootstrap

@@ -7,7 +7,7 @@ where executors are separate JVMs with their own Python workers, and nothing in 
 importable). A loopback cluster is the cheapest real thing: separate master, worker and
 executor processes, tasks shipped over RPC, the package delivered as a ``--py-files``
 archive. Tests use it; so can a user who wants to try the cluster path without installing
-Spark (``python -m tidemark.spark.cluster``).
+Spark (``python -m tidemark.spark.cluster start``).
 
 The pip-installed pyspark has ``bin/spark-class`` but not the ``sbin/start-*.sh`` scripts,
 so master and worker are started as ``spark-class org.apache.spark.deploy.master.Master`` /
@@ -291,25 +291,32 @@ def local_cluster(cores: int = 2, worker_memory_mb: int = 1024) -> Iterator[Loca
         yield cluster
 
 
-def main(
-    cores: int = 2,
-    worker_memory_mb: int = 1024,
-) -> None:
-    """Start a loopback standalone cluster and keep it up until Ctrl-C; prints the master
-    URL and the PYSPARK_SUBMIT_ARGS a driver on this machine should use."""
+def _cli():
+    """``python -m tidemark.spark.cluster start|archive``."""
     import typer
 
-    with local_cluster(cores=cores, worker_memory_mb=worker_memory_mb) as cluster:
-        typer.echo(f"master: {cluster.master_url}  (web UI {cluster.master_web_url})")
-        typer.echo(f"export SPARK_LOCAL_IP={LOOPBACK}")
-        typer.echo(f"export PYSPARK_SUBMIT_ARGS='{cluster.submit_args()}'")
-        typer.echo("Ctrl-C stops the cluster.")
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
+    cli = typer.Typer(add_completion=False, no_args_is_help=True,
+                      help="A loopback Spark standalone cluster, and the package archive for executors.")
+
+    @cli.command()
+    def start(cores: int = 2, worker_memory_mb: int = 1024) -> None:
+        """Start a master and one worker on 127.0.0.1 until Ctrl-C; print the driver's settings."""
+        with local_cluster(cores=cores, worker_memory_mb=worker_memory_mb) as cluster:
+            typer.echo(f"master: {cluster.master_url}  (web UI {cluster.master_web_url})")
+            typer.echo(f"export SPARK_LOCAL_IP={LOOPBACK}")
+            typer.echo(f"export PYSPARK_SUBMIT_ARGS='{cluster.submit_args()}'")
+            typer.echo("Ctrl-C stops the cluster.", err=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(3600)
+
+    @cli.command()
+    def archive(path: str) -> None:
+        """Write the tidemark package as a zip for --py-files / spark.submit.pyFiles."""
+        typer.echo(package_archive(path))
+
+    return cli
 
 
 if __name__ == "__main__":
-    import typer
-
-    typer.run(main)
+    _cli()()
