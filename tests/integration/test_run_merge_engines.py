@@ -3,8 +3,8 @@ sink topic, against the in-process ``ReplayHost`` on the same records.
 
 One pipeline per engine (deduplicate with ``sequence.field``, partial-update with sequence
 groups, aggregation, first-row), each fed a short changelog with out-of-order sequence
-values and, where the engine takes them, retractions. The job runs until idle with a
-small per-trigger cap, so the records cross several micro-batches (disorder across
+values and, where the engine takes them, retractions. The job runs (until every record is
+processed; see ``run`` for why not until idle) with a small per-trigger cap, so the records cross several micro-batches (disorder across
 batches goes through the Spark state store, not only inside one batch). The reference host
 replays exactly the batches the job reports (same offsets, same positions), so the sink
 topic must materialize to the host's table; each test also pins the table by hand, so a
@@ -17,6 +17,7 @@ emitted.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -36,7 +37,7 @@ from tidemark.engine.pipeline import Pipeline, compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.transactional import BATCH_HEADER
-from tidemark.spark.job import RunResult, run_pipeline
+from tidemark.spark.job import PipelineJob, RunResult
 
 pytestmark = pytest.mark.integration
 
@@ -49,19 +50,37 @@ def rec(kind: str, **row) -> dict:
 
 
 def run(spark, bootstrap: str, tmp_path, sql: str, tag: str, records: Sequence[dict]) -> tuple[Pipeline, RunResult]:
-    """Produce ``records`` to the pipeline's only source (one partition, in order) and run
-    the pipeline until idle."""
+    """Produce ``records`` to the pipeline's only source (one partition, in order), run the
+    pipeline until every record is processed, and stop it.
+
+    Not ``run_pipeline(until_idle=True)``: the merge engine stage has ``wakeup_ms`` (for
+    the full-compaction producer), so the Spark host gives it processing-time timers and
+    Spark runs a no-data micro-batch at every trigger; ``Trigger.AvailableNow`` then never
+    ends (measured: 490+ empty batches past the last offset). Until that is fixed in the
+    job, the test watches the reported source offsets, as ``run_keyed_stage`` advises."""
     sql, topics = unique_topics(sql, tag)
     pipeline = compile_sql(sql)
     (source,) = pipeline.sources.values()
     ensure_topics(bootstrap, {topics["src"]: 1})
     produce(bootstrap, topics["src"], encode_source(source, records))
-    result = run_pipeline(
+    job = PipelineJob(
         spark, pipeline, bootstrap, str(tmp_path / "checkpoint"), name=f"merge-{tag}-{topics['src'][-8:]}",
-        max_records_per_trigger=PER_TRIGGER,
+        max_records_per_trigger=PER_TRIGGER, trigger_interval="200 milliseconds",
     )
+    deadline = time.monotonic() + 240
+    try:
+        job.start()
+        while sum(r.rows_in for r in job.reports) < len(records):
+            assert time.monotonic() < deadline, f"only {sum(r.rows_in for r in job.reports)} records processed"
+            if job.query.exception() is not None or not job.query.isActive:
+                job.wait()  # raises the query's error
+            time.sleep(0.2)
+            job.poll()
+    finally:
+        job.close()
+    result = job.result()
     assert result.rows_in == len(records)
-    assert len(result.reports) >= 3, "the records must cross several micro-batches"
+    assert len([r for r in result.reports if r.rows_in]) >= 3, "the records must cross several micro-batches"
     return pipeline, result
 
 
