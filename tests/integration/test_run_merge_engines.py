@@ -257,12 +257,6 @@ def test_lookup_producer_record_by_record(spark, kafka_bootstrap, tmp_path):
 # ---------------------------------------------------------------------------- until idle
 
 
-@pytest.mark.xfail(
-    run=False, strict=True,
-    reason="runtime gap: Trigger.AvailableNow never ends for a merge-engine sink -- the stage always has "
-           "wakeup_ms, keyed.has_timers only checks hasattr, so the Spark host runs it with processing-time "
-           "timers and Spark runs a no-data batch at every trigger (not run: it would hang)",
-)
 def test_until_idle_ends_for_a_merge_engine_sink(spark, kafka_bootstrap, tmp_path):
     sql, topics = unique_topics(FIRST_ROW, "idle")
     pipeline = compile_sql(sql)

@@ -19,7 +19,10 @@ particular order, and emits only the net change for that key.
   ``wakeup_ms(state)`` is not None and ``<= ctx.now_ms``, in the same batch (its output
   flows downstream with the batch's). A host may keep these times in an index instead of
   scanning states; it must ask again after every state write. Stages without the method
-  are only called for keys with records.
+  are only called for keys with records. A stage whose timers depend on its configuration
+  sets ``uses_timers = False`` when this instance never wakes: a host running in
+  processing-time mode for timers never goes idle (Spark runs an empty batch per trigger),
+  so it should only pay for that when timers can fire.
 """
 
 from __future__ import annotations
@@ -65,6 +68,11 @@ class KeyedStage(Protocol):
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
     ) -> tuple[Any, list[Change]]: ...
+
+
+def uses_timers(stage: Any) -> bool:
+    """Whether a host must run ``stage`` with timers (see the module docstring)."""
+    return bool(getattr(stage, "uses_timers", hasattr(stage, "wakeup_ms")))
 
 
 def wakeup_of(stage: Any, state: Any) -> int | None:

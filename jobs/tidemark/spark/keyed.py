@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import TidemarkError
-from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, wakeup_of
+from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers, wakeup_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -439,8 +439,8 @@ def keyed_input(
 
 
 def has_timers(stage: KeyedStage) -> bool:
-    """Whether ``stage`` asks to be woken without records (``wakeup_ms``)."""
-    return hasattr(stage, "wakeup_ms")
+    """Whether ``stage`` asks to be woken without records (``wakeup_ms``, ``uses_timers``)."""
+    return uses_timers(stage)
 
 
 def run_keyed_stage(

@@ -44,6 +44,8 @@ class MergeEngineStage:
         self.fill_key = cfg.engine in ("partial-update", "aggregation")
         self.producer = cfg.producer
         self.full = cfg.producer == "full-compaction"
+        # only full-compaction emits at time barriers; other producers never wake a key
+        self.uses_timers = self.full
         self.keep_tombstones = bool(cfg.sequence_fields)
         # first-row's changelog is insert-only: an unchanged row is never re-emitted.
         self.dedupe = cfg.row_deduplicate or cfg.engine == "first-row"
