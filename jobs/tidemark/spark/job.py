@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
-from tidemark.spark.keyed import StageMetrics, stage_error_from
+from tidemark.spark.keyed import StageMetrics, has_timers, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, report_from
 from tidemark.spark.query import DeadLetterAccumulator, build_query_frame, source_tables
 
@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 
 RUN_FILE = "tidemark-run.json"
 DEFAULT_TRIGGER_INTERVAL = "500 milliseconds"
+#: Spark failures that say nothing about the pipeline: a Python worker started by the JVM
+#: did not connect back within Spark's fixed 10 s (seen on an overloaded machine). The
+#: query is restarted from its checkpoint, which is exactly-once by construction.
+TRANSIENT_FAILURES = (
+    "Timed out while waiting for the Python worker to connect back",
+    "Python worker failed to connect back",
+)
+TRANSIENT_RESTARTS = 3
 
 
 class JobError(TidemarkError):
@@ -141,6 +149,14 @@ class PipelineJob:
         self._counters_seen: Counter = Counter()
         self._last_reported = -1
         self._lock = threading.Lock()
+        self._until_idle = False
+        self.restarts = 0
+        #: a keyed stage with timers makes Spark run a batch at every trigger, data or not,
+        #: so Trigger.AvailableNow never ends by itself (see ``_idle``)
+        self.has_timers = any(
+            n.stage is not None and hasattr(n.stage, "process_key") and has_timers(n.stage)
+            for n in pipeline.nodes
+        )
 
     # ------------------------------------------------------------------ topics
 
@@ -206,6 +222,7 @@ class PipelineJob:
     def start(self, until_idle: bool = False) -> StreamingQuery:
         """Start the query. ``until_idle``: read what is in the topics now (in
         rate-limited batches), write it, and stop (``Trigger.AvailableNow``)."""
+        self._until_idle = until_idle
         self.ensure_topics()
         frame = build_query_frame(
             self.spark, self.pipeline, self.bootstrap, metrics=self.metrics, dead_letters=self.dead_letters,
@@ -252,11 +269,34 @@ class PipelineJob:
             raise error from None
         raise JobError(f"pipeline '{self.name}' failed: {_first_line(exc)}") from exc
 
+    def _idle(self) -> bool:
+        """``until_idle`` for a query that never ends by itself (timers): idle once a
+        committed batch left nothing to read in any source partition."""
+        return self._until_idle and self.has_timers and bool(self.reports) and self.reports[-1].total_lag == 0
+
+    def _transient(self, exc: BaseException) -> bool:
+        text = f"{exc} {getattr(exc, 'desc', '')}"
+        return stage_error_from(exc) is None and any(t in text for t in TRANSIENT_FAILURES)
+
     def wait(self, stop: threading.Event | None = None, poll_s: float = 0.5) -> None:
         """Block until the query ends by itself (``until_idle``) or ``stop`` is set (then
         stop it), polling progress meanwhile. A failed query raises its stage's error
-        (e.g. ConflictError) or ``JobError``."""
+        (e.g. ConflictError) or ``JobError``; a transient Spark failure (see
+        ``TRANSIENT_FAILURES``) restarts the query from its checkpoint instead."""
         assert self.query is not None, "start() first"
+        while True:
+            try:
+                self._wait_once(stop, poll_s)
+                return
+            except JobError as err:
+                cause = err.__cause__
+                if cause is None or not self._transient(cause) or self.restarts >= TRANSIENT_RESTARTS:
+                    raise
+                self.restarts += 1
+                self.start(self._until_idle)
+
+    def _wait_once(self, stop: threading.Event | None, poll_s: float) -> None:
+        assert self.query is not None
         try:
             while True:
                 if stop is not None and stop.is_set():
@@ -269,6 +309,9 @@ class PipelineJob:
                     self._raise_failure(exc)
                 self.poll()
                 if done:
+                    break
+                if self._idle():
+                    self.query.stop()
                     break
         finally:
             self.poll()
