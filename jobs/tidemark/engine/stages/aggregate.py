@@ -252,9 +252,17 @@ class GroupAggregate:
 
         self._feed(st, net, changes)
         new = self._output(key, st)
-        if new == old and before is not None:
-            return st, self._refresh(key, before, old, changes)
-        return st, diff_to_changes(old, new, pos)
+        if before is None:
+            return st, diff_to_changes(old, new, pos)
+        # Several changes: Flink emits at each record that changes the output, so what
+        # reaches the sink carries the position of the LAST changing record (not the
+        # batch's greatest), and an output changed and changed back is re-emitted.
+        first, last = self._changing_steps(key, before, old, changes)
+        if new == old:
+            if last is None:
+                return st, []
+            return st, [Change(UPDATE_BEFORE, old, first), Change(UPDATE_AFTER, old, last)]
+        return st, diff_to_changes(old, new, last if last is not None else pos)
 
     def _feed(self, st: GroupState, net: Counter, changes: Sequence[Change]) -> None:
         """Feed the (net) input rows to every accumulator; ``st.rows`` is the caller's job."""
@@ -285,10 +293,12 @@ class GroupAggregate:
                     elif before > 0 and after == 0:
                         acc.update(v, -1)
 
-    def _refresh(self, key: tuple, st: GroupState, old: tuple, changes: Sequence[Change]) -> list[Change]:
+    def _changing_steps(
+        self, key: tuple, st: GroupState, old: tuple | None, changes: Sequence[Change]
+    ) -> tuple[tuple | None, tuple | None]:
         """Replay ``changes`` one by one on ``st`` (a copy of the old state) as Flink would;
-        if the output changed at any step, re-emit ``old`` as ``-U``/``+U`` at the first
-        and last such step's positions, else nothing."""
+        the positions of the first and last steps that changed the output (None, None when
+        none did)."""
         sim: GroupState | None = st
         prev, first, last = old, None, None
         for c in sorted(changes, key=_step_order):
@@ -309,9 +319,7 @@ class GroupAggregate:
                 prev = out
                 first = c.pos if first is None else first
                 last = c.pos
-        if last is None:
-            return []
-        return [Change(UPDATE_BEFORE, old, first), Change(UPDATE_AFTER, old, last)]
+        return first, last
 
     @staticmethod
     def _apply_last_value(acc: LastValueAcc, arg: int, changes: list[Change]) -> None:
