@@ -77,12 +77,17 @@ class Normalize:
                 if not any(r.is_add for r in records):
                     ctx.metrics["retractions_without_state"] += 1
                 return None, []
-            return None, diff_to_changes(state, None, last)
+            return None, diff_to_changes(state, None, first)
         if cur == state:
             if last is None:
                 return state, []  # identical upserts only: Flink drops them
             return state, [Change(UPDATE_BEFORE, state, first), Change(UPDATE_AFTER, state, last)]
-        return cur, diff_to_changes(state, cur, last)
+        if state is None:
+            return cur, diff_to_changes(None, cur, last)
+        # The old row stopped being current at the first changing record, the new one
+        # became current at the last (Flink emits at each): downstream "latest" decisions
+        # (an aggregate's output position, a materializer) see those positions.
+        return cur, [Change(UPDATE_BEFORE, state, first), Change(UPDATE_AFTER, cur, last)]
 
 
 def _precedence(c: Change) -> tuple:
