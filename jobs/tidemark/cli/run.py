@@ -169,6 +169,32 @@ def _run(
                         trigger_interval, registry_url, log_path, status, stop, term)
 
 
+class QuietBatches:
+    """Decides which batches are worth a terminal line and a status event. A pipeline
+    with timer stages (full-compaction merge engines) makes Spark run an empty batch at
+    every trigger; reporting each would print two lines a second forever. An empty batch
+    (nothing read, written or dead-lettered, lag unchanged) is shown only once a minute,
+    as a heartbeat."""
+
+    HEARTBEAT_S = 60.0
+
+    def __init__(self, clock: Any = None) -> None:
+        import time
+
+        self.clock = clock or time.monotonic
+        self._last_lag: Any = None
+        self._last_shown = float("-inf")
+
+    def show(self, report: Any) -> bool:
+        now = self.clock()
+        empty = not (report.rows_in or report.rows_out or report.dlq or report.conflicts)
+        if empty and report.lag == self._last_lag and now - self._last_shown < self.HEARTBEAT_S:
+            return False
+        self._last_lag = report.lag
+        self._last_shown = now
+        return True
+
+
 def _prefixed(err: TidemarkError, where: str) -> TidemarkError:
     """The same error (class and exit status) with the file name in front."""
     err.args = (f"{where}: {err}",)
@@ -190,15 +216,15 @@ def _run_job(
         + (f", Spark log {log_path}" if log_path else "")
     )
     spark = build_session(app_name=f"tidemark-{name}", master=master, log_level="ERROR" if log_path else "WARN")
-    idle_sent = False
+    quiet = QuietBatches()
 
     def on_batch(report: Any) -> None:
-        nonlocal idle_sent
+        if not quiet.show(report):
+            return
         progress.batch(report)
         status.batch(report)
         if report.total_lag == 0 and not until_idle:
             status.emit("idle")
-            idle_sent = True
 
     job = PipelineJob(
         spark, pipeline, bootstrap, checkpoint, name=name, max_records_per_trigger=max_records_per_trigger,

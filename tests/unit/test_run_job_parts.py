@@ -1,0 +1,118 @@
+"""The Spark-free parts of ``tidemark run``: reading Spark's progress into a batch report
+(records, lag per partition, state size), the status channel lines, routing decoded and
+bad records, and the run id that ties transactional writers to a checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+from tidemark.cli.run import QuietBatches
+from tidemark.engine.pipeline import compile_sql
+from tidemark.formats import decoder_for
+from tidemark.spark.job import run_id_of
+from tidemark.spark.progress import BatchReport, SinkBatch, StatusFile, lag_of, report_from
+from tidemark.spark.query import decode_batch, source_tables
+
+SQL = """
+CREATE TABLE s1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'a', 'format' = 'debezium-json');
+CREATE TABLE s2 (id BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'b', 'format' = 'upsert-json');
+CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 't', 'format' = 'upsert-json');
+INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1 JOIN s2 ON s1.level = s2.id ON CONFLICT DO DEDUPLICATE;
+"""
+
+
+def progress(batch_id: int, rows: int, start: dict | None, end: dict, latest: dict, state=()) -> dict:
+    return {
+        "batchId": batch_id,
+        "numInputRows": rows,
+        "durationMs": {"triggerExecution": 1234},
+        "sources": [{"startOffset": json.dumps(start) if start else None, "endOffset": json.dumps(end),
+                     "latestOffset": json.dumps(latest)}],
+        "stateOperators": list(state),
+    }
+
+
+def test_report_joins_spark_progress_with_what_the_sink_saw():
+    p = progress(7, 12, {"a": {"0": 3, "1": 0}}, {"a": {"0": 10, "1": 2}}, {"a": {"0": 15, "1": 2}},
+                 state=[{"numRowsTotal": 4, "customMetrics": {"stateOnCurrentVersionSizeBytes": 1000}},
+                        {"numRowsTotal": 1, "memoryUsedBytes": 24}])
+    sink = SinkBatch(rows_out=5, dlq=2, counters={"materializer.conflicts_dropped": 3,
+                                                  "join.retractions_without_state": 1, "x.other": 9})
+    r = report_from(p, sink)
+    assert (r.batch_id, r.rows_in, r.rows_out, r.dlq, r.duration_ms) == (7, 12, 5, 2, 1234)
+    assert (r.conflicts, r.retractions_without_state) == (3, 1)
+    assert r.lag == {"a": {"0": 5, "1": 0}} and r.total_lag == 5
+    assert (r.state_size_bytes, r.state_rows) == (1024, 5)
+    assert r.start_offsets == {"a": {"0": 3, "1": 0}} and r.end_offsets == {"a": {"0": 10, "1": 2}}
+
+
+def test_first_batch_has_no_start_and_lag_never_goes_negative():
+    r = report_from(progress(0, 1, None, {"a": {"0": 4}}, {"a": {"0": 3}}), None)
+    assert r.start_offsets == {} and r.lag == {"a": {"0": 0}} and r.rows_out == 0
+    # a partition the latest offset did not list still shows, with lag 0
+    assert lag_of({"a": {"0": 1, "1": 5}}, {"a": {"0": 4}}) == {"a": {"0": 3, "1": 0}}
+
+
+def test_status_file_lines_follow_the_control_format(tmp_path):
+    path = tmp_path / "status.jsonl"
+    status = StatusFile(str(path))
+    status.emit("started")
+    status.batch(BatchReport(batch_id=3, rows_in=4, rows_out=1, dlq=1, lag={"a": {"0": 2}}, state_size_bytes=9))
+    status.emit("error", message="boom")
+    started, batch, error = (json.loads(ln) for ln in path.read_text().splitlines())
+    assert started["v"] == 1 and started["event"] == "started" and isinstance(started["ts"], float)
+    assert {k: batch[k] for k in ("event", "batch_id", "rows_in", "rows_out", "dlq", "conflicts",
+                                  "retractions_without_state", "lag", "state_size_bytes")} == {
+        "event": "batch", "batch_id": 3, "rows_in": 4, "rows_out": 1, "dlq": 1, "conflicts": 0,
+        "retractions_without_state": 0, "lag": {"a": {"0": 2}}, "state_size_bytes": 9}
+    assert error["message"] == "boom"
+    StatusFile(None).emit("started")  # no file: nothing happens, nothing raised
+
+
+def test_decode_routes_good_changes_with_positions_and_bad_records_by_coordinate():
+    pipeline = compile_sql(SQL)
+    s1, s2 = source_tables(pipeline)
+    assert (s1.table.name, s1.source_index, s2.source_index) == ("s1", 0, 1)
+
+    def rec(offset, value, key=b'{"id": 1}', partition=1):
+        return {"topic": "a", "partition": partition, "offset": offset, "timestamp": None, "key": key, "value": value}
+
+    records = [
+        rec(5, json.dumps({"before": {"id": 1, "level": 1}, "after": {"id": 1, "level": 2}, "op": "u"}).encode()),
+        rec(6, b"{nope"),
+        rec(7, json.dumps({"before": None, "after": {"id": 2, "level": 3}, "op": "c"}).encode()),
+    ]
+    changes, bad = decode_batch(records, s1, decoder_for(s1.table), batch_id=9)
+    assert [(c.kind, c.row, c.pos) for c in changes] == [
+        ("-U", (1, 1), (9, 0, 1, 5)), ("+U", (1, 2), (9, 0, 1, 5)), ("+I", (2, 3), (9, 0, 1, 7))]
+    assert list(bad) == [("a", 1, 6)]
+    letter = bad[("a", 1, 6)]
+    assert letter["error_kind"] == "undecodable" and letter["value"] == b"{nope" and letter["table"] == "s1"
+    assert letter["reason"].startswith("s1 @ a/1/6: value: malformed JSON")
+
+
+def test_two_tables_on_one_topic_are_refused():
+    import pytest
+
+    from tidemark.engine.errors import PlanError
+
+    sql = SQL.replace("'topic' = 'b'", "'topic' = 'a'")
+    with pytest.raises(PlanError, match="both read topic 'a'"):
+        source_tables(compile_sql(sql))
+
+
+def test_run_id_is_made_with_the_checkpoint_and_kept(tmp_path):
+    first = run_id_of(str(tmp_path / "cp"))
+    assert run_id_of(str(tmp_path / "cp")) == first  # a restart continues the same writers
+    assert run_id_of(str(tmp_path / "other")) != first  # a fresh checkpoint gets fresh writers
+
+
+def test_empty_batches_are_shown_only_as_a_heartbeat():
+    now = [0.0]
+    quiet = QuietBatches(clock=lambda: now[0])
+    lag = {"a": {"0": 0}}
+    assert quiet.show(BatchReport(batch_id=0, rows_in=3, lag=lag))
+    assert not quiet.show(BatchReport(batch_id=1, lag=lag))  # nothing happened
+    assert quiet.show(BatchReport(batch_id=2, lag={"a": {"0": 4}}))  # lag moved
+    now[0] = 61.0
+    assert quiet.show(BatchReport(batch_id=3, lag={"a": {"0": 4}}))  # heartbeat
