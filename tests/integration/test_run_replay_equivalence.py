@@ -80,9 +80,12 @@ FAST = [
     case(3, "agg_by_sub_key", "ERROR"),
     case(4, "left_join_id", "DEDUPLICATE", "changelog-sink"),
     case(5, "agg_by_sub_key", "DEDUPLICATE", "merge-engine"),
-    case(6, "projection_keep_id", "NOTHING"),
 ]
-SLOW = [case(seed, shape, strategy) for seed in range(10, 14) for shape in sorted(SHAPES) for strategy in STRATEGIES]
+SLOW = [
+    *(case(seed, shape, strategy) for seed in range(10, 14) for shape in sorted(SHAPES) for strategy in STRATEGIES),
+    *(case(seed, "join_id", "DEDUPLICATE", "changelog-sink") for seed in range(20, 23)),
+    *(case(seed, "agg_by_sub_key", "NOTHING", "merge-engine") for seed in range(20, 23)),
+]
 
 
 def failed_batch(checkpoint: Path, reports: list[BatchReport]) -> BatchReport:
