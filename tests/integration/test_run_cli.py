@@ -118,3 +118,11 @@ def test_do_error_conflict_exits_3_with_the_table_and_key(kafka_bootstrap, tmp_p
     assert "at org.apache" not in proc.stderr and "Traceback" not in proc.stderr
     assert json.loads(status.read_text().splitlines()[-1])["event"] == "error"
 
+
+
+def test_unreachable_brokers_exit_5_naming_them(tmp_path):
+    sql, _ = unique_topics(SEED_SQL)
+    (tmp_path / "join.sql").write_text(sql)
+    proc = tidemark_run(["join.sql", "--bootstrap-servers", "127.0.0.1:1"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 5
+    assert proc.stderr.strip().splitlines()[-1] == "error: no Kafka broker answers at 127.0.0.1:1 (check --bootstrap-servers)"

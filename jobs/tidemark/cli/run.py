@@ -122,6 +122,15 @@ def run(
         term.write(f"error: {err}\n")
         term.flush()
         raise typer.Exit(err.exit_status) from None
+    except Exception as err:  # a bug or an environment failure: one line here, the rest in the log
+        import traceback
+
+        traceback.print_exc()  # to stderr, which is the log file once Spark is set up
+        message = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        status.emit("error", message=message)
+        term.write(f"error: {message}\n")
+        term.flush()
+        raise typer.Exit(1) from None
     raise typer.Exit(code)
 
 
@@ -215,6 +224,11 @@ def _run_job(
         f"tidemark run {name}: sink {pipeline.sink.name}, brokers {bootstrap}, checkpoint {checkpoint}"
         + (f", Spark log {log_path}" if log_path else "")
     )
+    from tidemark.kafka.admin import KafkaAdminError
+    from tidemark.kafka.broker import broker_answers
+
+    if not broker_answers(bootstrap, timeout_s=15.0):
+        raise KafkaAdminError(f"no Kafka broker answers at {bootstrap} (check --bootstrap-servers)")
     spark = build_session(app_name=f"tidemark-{name}", master=master, log_level="ERROR" if log_path else "WARN")
     quiet = QuietBatches()
 
