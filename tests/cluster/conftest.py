@@ -27,7 +27,8 @@ def _group_alive(pgid: int) -> bool:
 @pytest.fixture(scope="module")
 def standalone_cluster() -> Iterator[LocalStandaloneCluster]:
     cluster = LocalStandaloneCluster(cores=2, worker_memory_mb=1024).start()
-    groups = [proc.pid for proc in cluster._procs.values()]
+    groups = cluster.process_groups
+    assert len(groups) == 2
     try:
         yield cluster
     finally:

@@ -138,9 +138,10 @@ def expected_table(sql: str, batches: list[list[Event]]) -> dict:
 
 
 class Feed:
-    """Produces the chunks to the source topics from a thread, one chunk per interval,
-    partitioned by key (as CDC is) so both partitions of a topic carry traffic; bad records
-    go to a random partition. ``bad_coordinates`` gets where each bad record landed."""
+    """Produces the chunks to the source topics from a thread, one chunk per interval, up
+    to the number ``release()`` allows (so each driver run gets records arriving while it
+    runs), partitioned by key (as CDC is) so both partitions of a topic carry traffic; bad
+    records go to a random partition. ``bad_coordinates`` gets where each bad record landed."""
 
     def __init__(self, bootstrap: str, topics: dict[str, str], batches: list[list[Event]], interval_s: float, rng: random.Random):
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
@@ -151,6 +152,8 @@ class Feed:
         self.bad_coordinates: dict[str, bytes] = {}
         self.produced = 0
         self.hurry = threading.Event()
+        self.allowed = 0
+        self.more = threading.Condition()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="feed", daemon=True)
 
@@ -160,7 +163,9 @@ class Feed:
 
     def _run(self) -> None:
         try:
-            for batch in self.batches:
+            for index, batch in enumerate(self.batches):
+                with self.more:
+                    self.more.wait_for(lambda: index < self.allowed or self.hurry.is_set())
                 for e in batch:
                     topic = self.topics[e.table]
                     partition = (e.key % 2) if e.key is not None else self.rng.randint(0, 1)
@@ -170,7 +175,7 @@ class Feed:
                 assert self.producer.flush(60) == 0, "produce did not complete"
                 self.produced += 1
                 if not self.hurry.is_set():
-                    self.hurry.wait(self.interval_s)
+                    time.sleep(self.interval_s)
         except BaseException as exc:  # reported by finish()
             self.error = exc
 
@@ -183,8 +188,17 @@ class Feed:
 
         return done
 
+    def release(self, upto: int) -> None:
+        """Let the feed produce chunks up to index ``upto`` (exclusive)."""
+        with self.more:
+            self.allowed = max(self.allowed, upto)
+            self.more.notify_all()
+
     def finish(self) -> None:
-        self.hurry.set()
+        """Produce everything left, now."""
+        with self.more:
+            self.hurry.set()
+            self.more.notify_all()
         self.thread.join(timeout=PHASE_TIMEOUT_S)
         assert not self.thread.is_alive(), "producer thread did not finish"
         self.producer = None  # no reconnect attempts after the broker is gone
@@ -218,6 +232,14 @@ class Driver:
 
     def batches(self) -> list[int]:
         return [e["batch_id"] for e in self.events() if e["event"] == "batch"]
+
+    def wait_started(self) -> None:
+        """Until the query runs (Spark session up, query started from the checkpoint)."""
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while not any(e["event"] == "started" for e in self.events()):
+            assert self.proc.poll() is None, f"driver exited {self.proc.returncode}:\n{self.tail()}"
+            assert time.monotonic() < deadline, f"not started in {PHASE_TIMEOUT_S}s:\n{self.tail()}"
+            time.sleep(0.1)
 
     def wait_batches(self, n: int) -> None:
         deadline = time.monotonic() + PHASE_TIMEOUT_S
@@ -290,6 +312,9 @@ def crash_and_recover(kafka_bootstrap, make_topic, tmp_path, *, n_events: int, c
         for run_no, (after_batches, delay) in enumerate(plan):
             driver = Driver(tmp_path, run_no, args)
             try:
+                driver.wait_started()
+                # this run's share of the stream arrives while it runs
+                feed.release(len(batches) * (run_no + 1) // (kills + 1))
                 driver.wait_batches(after_batches)
                 time.sleep(delay)
             finally:

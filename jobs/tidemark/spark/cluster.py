@@ -222,6 +222,11 @@ class LocalStandaloneCluster:
         env["TIDEMARK_SPARK_MASTER"] = self.master_url or ""
         return env
 
+    @property
+    def process_groups(self) -> list[int]:
+        """Process group ids of the running daemons (the worker's holds its executors)."""
+        return [proc.pid for proc in self._procs.values()]
+
     def state(self) -> dict:
         """The master's JSON status (workers, apps)."""
         import httpx
