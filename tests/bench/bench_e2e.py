@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -204,15 +205,22 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=100.0, help="s1 inserts per second in the latency phase")
     ap.add_argument("--seconds", type=float, default=30.0, help="how long the latency phase produces")
     ap.add_argument("--backlog", type=int, default=20_000, help="s1 inserts in the throughput phase")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (status files, driver logs)")
     args = ap.parse_args()
 
     def run(bootstrap: str) -> None:
         workdir = Path(tempfile.mkdtemp(prefix="tidemark-bench-e2e-"))
         results = []
-        for r in range(args.repeats):
-            res = one_run(bootstrap, workdir, f"r{r}", args.rate, args.seconds, args.backlog)
-            results.append(res)
-            print(f"run {r + 1}: {json.dumps({k: round(v, 3) for k, v in res.items()})}", flush=True)
+        try:
+            for r in range(args.repeats):
+                res = one_run(bootstrap, workdir, f"r{r}", args.rate, args.seconds, args.backlog)
+                results.append(res)
+                print(f"run {r + 1}: {json.dumps({k: round(v, 3) for k, v in res.items()})}", flush=True)
+        finally:
+            if args.keep:
+                print(f"work directory kept: {workdir}")
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
         load = os.getloadavg()
         print(f"\nload average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; cpus: {os.cpu_count()}")
         med = lambda k: statistics.median(x[k] for x in results)  # noqa: E731
