@@ -13,14 +13,14 @@ export TIDEMARK_FLINK_PYTHON := $(abspath $(FLINK_VENV)/bin/python)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,profile]'
 	touch $(STAMP)
 
 # Flink 2.3 is the conformance oracle. Its pinned dependencies (py4j, pyarrow, beam)
 # clash with pyspark's, so it lives in a venv of its own and is driven as a subprocess.
 $(FLINK_STAMP):
 	test -x $(FLINK_VENV)/bin/python || $(PYTHON) -m venv $(FLINK_VENV)
-	$(FLINK_VENV)/bin/python -m pip install -q apache-flink==2.3.0
+	$(FLINK_VENV)/bin/python -m pip install -q apache-flink==2.3.0 psutil==7.2.2
 	touch $(FLINK_STAMP)
 
 install: $(STAMP)
