@@ -19,7 +19,8 @@ from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.changelog import Change
 from tidemark.engine.replay import ReplayHost
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.delta_join import DeltaJoin
+from tidemark.engine.stages.delta_join import DeltaJoin, DeltaSide
+from tidemark.engine.stages.join import Join
 from tidemark.index_client.local import LocalLookup, index_for
 
 SEEDS = range(40)
@@ -46,19 +47,10 @@ def regular(batches, **kw):
     return run(compile_sql(sql("NONE", **kw)), batches)
 
 
-_REFRESH_GAP = pytest.mark.xfail(
-    reason="regression, open in issue 5: the regular join now emits Flink's record-by-record refresh "
-    "(-U X/+U X) and positions of the last changing record (commit e769b98); the strong delta join "
-    "does not yet, so change-for-change equality fails on some seeds (sink tables still agree)",
-    strict=False,
-)
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("join", ["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN"])
-@_REFRESH_GAP
 def test_strong_embedded_equals_regular_change_for_change(seed: int, join: str) -> None:
-    batches = workload(seed)
+    batches = workload(seed, reverts=seed % 4 != 3)
     kw = dict(join=join, residual="a.v <> b.w" if seed % 3 == 0 else "", where="WHERE a.v > 0" if seed % 4 == 1 else "")
     _, want, want_tables = regular(batches, **kw)
     p = compile_sql(sql("FORCE", "strong", cache_size=2 if seed % 2 else 10000, **kw))
@@ -87,9 +79,8 @@ def lookup_fed_ahead(pipeline, batches):
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("join", ["JOIN", "LEFT JOIN", "FULL JOIN"])
-@_REFRESH_GAP
 def test_strong_with_index_ahead_answers_as_of_each_batch(seed: int, join: str) -> None:
-    batches = workload(seed)
+    batches = workload(seed, reverts=seed % 4 != 3)
     _, want, want_tables = regular(batches, join=join)
     p = compile_sql(sql("FORCE", "strong", join=join, cache_size=3))
     stage = delta_node(p).stage
@@ -167,3 +158,38 @@ def test_cache_disabled_looks_every_key_up() -> None:
     assert host.metrics["delta_join.left.cache_hits"] == 0 and host.metrics["delta_join.right.cache_hits"] == 0
     assert host.metrics["delta_join.left.cache_size"] == 0
     assert tables == regular(batches)[2]
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("join_type", ["inner", "left", "full"])
+def test_strong_process_batch_one_request_per_side_and_regular_changes(seed: int, join_type: str) -> None:
+    """The batched path (what the Spark host calls): every non-NULL key the batch touches,
+    on either side, is looked up on both sides (the regular join's state is rebuilt from
+    both before-images), in one request per side; the changes are the regular join's."""
+    batches = workload(seed, reverts=True)
+    regular_join = Join(join_type, (1,), (1,), 3, 3)
+    sides = tuple(DeltaSide(t, "by_k", ("k",), (0,)) for t in ("a", "b"))
+    stage = DeltaJoin(join_type, (1,), (1,), 3, 3, sides=sides, consistency="strong", cache_enabled=False)
+    p = compile_sql(sql("NONE"))
+    lookup, fences = lookup_fed_ahead(p, batches)
+    stage.bind(lookup)
+    state: dict = {}
+    for i, batch in enumerate(batches):
+        ctx = BatchContext(batch_id=i)
+        inputs = [batch["a"], batch["b"]]
+        want: Counter = Counter()
+        groups: dict = {}
+        for idx in (0, 1):
+            for c in inputs[idx]:
+                groups.setdefault(regular_join.key_of(c, idx), [[], []])[idx].append(c)
+        for key, lists in groups.items():
+            state[key], out = regular_join.process_key(key, lists, state.get(key), ctx)
+            want.update(out)
+        calls = lookup.calls
+        stage.begin_batch(i, fences[i])
+        got = Counter(stage.process_batch(inputs, ctx))
+        assert got == want, f"batch {i}"
+        touched = [k for k in groups if None not in k]
+        assert lookup.calls - calls == (2 if touched else 0)
+        for side in ("left", "right"):
+            assert ctx.metrics[f"delta_join.{side}.lookup_keys"] == len(touched)

@@ -110,6 +110,13 @@ class EmbeddedSource:
             else:
                 self.store.pop(key, None)
 
+    def replace(self, key: tuple, rows: SideRows) -> None:
+        """The key's rows after the batch, as the regular join's state has them."""
+        if rows:
+            self.store[key] = rows
+        else:
+            self.store.pop(key, None)
+
     def set_fence(self, start: Offsets | None, end: Offsets | None) -> None:
         pass
 
@@ -155,6 +162,9 @@ class IndexSource:
 
     def advance(self, key: tuple, changes: dict) -> None:
         pass  # the index service follows the source topic itself
+
+    def replace(self, key: tuple, rows: SideRows) -> None:
+        pass
 
 
 def advance_rows(rows: SideRows, changes: dict) -> SideRows:
@@ -282,9 +292,15 @@ class DeltaJoin:
             return "start"
         return "end"
 
-    def _needs(self, cons: list[dict]) -> list[bool]:
-        outer = self.join_type != "inner"
-        return [bool(cons[1]) or outer, bool(cons[0]) or outer]
+    def _needs(self, inputs: Sequence[list[Change]], cons: list[dict]) -> list[bool]:
+        """Which sides' rows the key needs. Strong: both before-images whenever the key is
+        touched at all (even by changes that cancel: the regular join still refreshes
+        their joined rows), since ``Join`` runs on the rebuilt per-key state. Eventual
+        (inner only): the other side of each side that changed."""
+        if self.consistency == "strong":
+            touched = bool(inputs[0] or inputs[1])
+            return [touched, touched]
+        return [bool(cons[1]), bool(cons[0])]
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
@@ -298,21 +314,50 @@ class DeltaJoin:
         self._enter(ctx)
         if any(v is None for v in key):  # NULL never matches: the regular join's pass-through
             return None, (self.join.process_key(key, inputs, None, ctx)[1] if self.join_type != "inner" else [])
+        if self.consistency == "strong":
+            out = self._strong(key, inputs, ctx)
+        else:
+            out = self._eventual(key, inputs, ctx)
+        for s in (0, 1):
+            size = len(self.caches[s])
+            ctx.metrics[f"delta_join.{SIDE_NAMES[s]}.cache_size"] += size - self._reported_size[s]
+            self._reported_size[s] = size
+        return None, out
+
+    def _strong(self, key: tuple, inputs: Sequence[list[Change]], ctx: BatchContext) -> list[Change]:
+        """The regular join's change for ``key``: its per-key state rebuilt from both sides'
+        before-images (as of the batch's start), then ``Join.process_key`` on the batch's
+        changes, so kinds, refreshes and positions are the regular join's own. The state it
+        leaves is both sides' after-images, with the regular join's positions: what the
+        caches and the embedded index keep for the next batch."""
+        if not (inputs[0] or inputs[1]):
+            return []
+        before = [self._rows(s, key, ctx)[0] for s in (0, 1)]
+        st = self._join_state(before)
+        out = self.join.process_key(key, inputs, st, ctx)[1]
+        for s in (0, 1):
+            after = {r: [e[0], e[1]] for r, e in st[s].items()}
+            if self.cache_enabled:
+                self.caches[s].put(key, after)
+            self.sources[s].replace(key, after)
+        return out
+
+    def _eventual(self, key: tuple, inputs: Sequence[list[Change]], ctx: BatchContext) -> list[Change]:
+        """``dA |x| (B + dB) + (A + dA) |x| dB`` with both sides as they are after the batch
+        (looked up at its end, or the embedded index advanced by the batch)."""
         cons = [_consolidate(inputs[0]), _consolidate(inputs[1])]
-        need = self._needs(cons)
-        before: list[SideRows | None] = [None, None]
+        need = self._needs(inputs, cons)
         after: list[SideRows | None] = [None, None]
         for s in (0, 1):
             cache = self.caches[s]
             if need[s]:
-                rows, includes_batch, from_cache = self._rows(s, key, ctx)
-                if includes_batch:  # eventual, looked up after the batch: only fix positions
+                rows, includes_batch, _ = self._rows(s, key, ctx)
+                if includes_batch:  # looked up after the batch: only fix positions
                     after[s] = {r: [c, p] for r, (c, p) in rows.items()}
                     for r, (w, p) in cons[s].items():
                         if w > 0 and r in after[s]:
                             after[s][r][1] = p
                 else:
-                    before[s] = rows
                     after[s] = advance_rows(rows, cons[s]) if cons[s] else rows
                 if self.cache_enabled:
                     cache.put(key, after[s])
@@ -320,15 +365,7 @@ class DeltaJoin:
                 # "a change on one side updates that side's cached entry only if present"
                 cache.put(key, advance_rows(cache._lru[key], cons[s]))
             self.sources[s].advance(key, cons[s])
-        if self.join_type == "inner":
-            out = self._inner(cons, before, after)
-        else:
-            out = self.join.process_key(key, inputs, self._join_state(before), ctx)[1]
-        for s in (0, 1):
-            size = len(self.caches[s])
-            ctx.metrics[f"delta_join.{SIDE_NAMES[s]}.cache_size"] += size - self._reported_size[s]
-            self._reported_size[s] = size
-        return None, out
+        return self._inner(cons, after)
 
     def _rows(self, s: int, key: tuple, ctx: BatchContext) -> tuple[SideRows, bool, bool]:
         """Side ``s``'s rows for ``key``: (rows, already include this batch, from cache)."""
@@ -348,27 +385,21 @@ class DeltaJoin:
         rows = self.sources[s].fetch([key], fence)[key]
         return rows, fence == "end", False
 
-    def _inner(self, cons: list[dict], before: list, after: list) -> list[Change]:
-        """``dA |x| B' + A'' |x| dB``: strong: ``B' = B_before``, ``A'' = A_after``;
-        eventual: both after. Left first, then right: the regular join's order and
-        positions (a row's position is that of its latest add)."""
+    def _inner(self, cons: list[dict], after: list) -> list[Change]:
+        """Eventual: ``dA |x| B_after + A_after |x| dB`` (``dA |x| dB`` twice: the seed's
+        duplicate). A joined row carries the greater of its inputs' positions."""
         delta: Counter = Counter()
         pos_of: dict = {}
         residual = self.residual
-        b_rows = before[1] if self.consistency == "strong" and before[1] is not None else after[1]
-        a_rows = after[0]
-        if cons[0]:
-            for a, (w, pos) in cons[0].items():
-                for b, (cnt, bpos) in b_rows.items():
-                    j = a + b
+        for s in (0, 1):
+            if not cons[s]:
+                continue
+            other = after[1 - s]
+            for row, (w, pos) in cons[s].items():
+                for o, (cnt, opos) in other.items():
+                    j = row + o if s == 0 else o + row
                     if residual is None or residual(j):
-                        _emit(delta, pos_of, j, w * cnt, max(pos, bpos))
-        if cons[1]:
-            for b, (w, pos) in cons[1].items():
-                for a, (cnt, apos) in a_rows.items():
-                    j = a + b
-                    if residual is None or residual(j):
-                        _emit(delta, pos_of, j, w * cnt, max(pos, apos))
+                        _emit(delta, pos_of, j, w * cnt, max(pos, opos))
         return zset_to_changes({r: n for r, n in delta.items() if n != 0}, pos_of)
 
     def _join_state(self, before: list) -> list:
@@ -404,11 +435,11 @@ class DeltaJoin:
         return out
 
     def _prefetch(self, groups: dict[tuple, list[list[Change]]], ctx: BatchContext) -> None:
-        outer = self.join_type != "inner"
+        strong = self.consistency == "strong"
         for s in (0, 1):
             wanted = []
             for key, lists in groups.items():
-                if any(v is None for v in key) or not (lists[1 - s] or outer):
+                if any(v is None for v in key) or not (lists[1 - s] or (strong and lists[s])):
                     continue
                 if self.cache_enabled:
                     hit = self.caches[s].get(key)
