@@ -12,10 +12,11 @@ Two consistency modes, per batch (the micro-batch holds both deltas, ``dA`` and 
   allows deletes (or updates that move rows between join keys) on one input only.
 - ``strong``: ``dA |x| B_before + A_after |x| dB`` where ``B_before`` is B as of the start
   of the batch (the index answers "as of" an offset fence) and ``A_after = A_before + dA``.
-  That is exactly the regular join's delta; the stage emits it with the regular join's
-  kinds and positions (outer joins rebuild the regular join's state for the key from the
-  two before-images and let ``Join`` compute the change), so the output equals
-  ``stages.join.Join`` change for change.
+  That is exactly the regular join's delta. To emit it with the regular join's kinds,
+  refreshes (``-U X``/``+U X`` for a row put back within the batch) and positions, every
+  join type rebuilds the regular join's state for the key from the two before-images and
+  lets ``Join`` compute the change, so the output equals ``stages.join.Join`` change for
+  change. A key touched on either side therefore needs both sides' before-images.
 
 Where the rows come from is injected, so the stage has no HTTP or Kafka in it:
 
@@ -292,16 +293,6 @@ class DeltaJoin:
             return "start"
         return "end"
 
-    def _needs(self, inputs: Sequence[list[Change]], cons: list[dict]) -> list[bool]:
-        """Which sides' rows the key needs. Strong: both before-images whenever the key is
-        touched at all (even by changes that cancel: the regular join still refreshes
-        their joined rows), since ``Join`` runs on the rebuilt per-key state. Eventual
-        (inner only): the other side of each side that changed."""
-        if self.consistency == "strong":
-            touched = bool(inputs[0] or inputs[1])
-            return [touched, touched]
-        return [bool(cons[1]), bool(cons[0])]
-
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
     ) -> tuple[Any, list[Change]]:
@@ -313,7 +304,7 @@ class DeltaJoin:
             return self.join.process_key(key, inputs, state, ctx)
         self._enter(ctx)
         if any(v is None for v in key):  # NULL never matches: the regular join's pass-through
-            return None, (self.join.process_key(key, inputs, None, ctx)[1] if self.join_type != "inner" else [])
+            return None, self.join.process_key(key, inputs, None, ctx)[1]
         if self.consistency == "strong":
             out = self._strong(key, inputs, ctx)
         else:
@@ -346,7 +337,7 @@ class DeltaJoin:
         """``dA |x| (B + dB) + (A + dA) |x| dB`` with both sides as they are after the batch
         (looked up at its end, or the embedded index advanced by the batch)."""
         cons = [_consolidate(inputs[0]), _consolidate(inputs[1])]
-        need = self._needs(inputs, cons)
+        need = [bool(cons[1]), bool(cons[0])]  # each changed side needs the other's rows
         after: list[SideRows | None] = [None, None]
         for s in (0, 1):
             cache = self.caches[s]
@@ -403,11 +394,15 @@ class DeltaJoin:
         return zset_to_changes({r: n for r, n in delta.items() if n != 0}, pos_of)
 
     def _join_state(self, before: list) -> list:
-        """The regular join's state for one key, rebuilt from the two before-images."""
+        """The regular join's state for one key, rebuilt from the two before-images. The
+        per-row partner counts only matter to an outer side (they decide padding), so an
+        inner join skips the O(rows x rows) pass that computes them."""
         st: list[dict] = [{}, {}]
         for s in (0, 1):
             for r, (c, p) in (before[s] or {}).items():
                 st[s][r] = [c, p, 0]
+        if not any(self.join.outer):
+            return st
         residual = self.residual
         for a, ea in st[0].items():
             for b, eb in st[1].items():
@@ -439,6 +434,7 @@ class DeltaJoin:
         for s in (0, 1):
             wanted = []
             for key, lists in groups.items():
+                # strong: both sides of every touched key; eventual: the other side of a change
                 if any(v is None for v in key) or not (lists[1 - s] or (strong and lists[s])):
                     continue
                 if self.cache_enabled:
