@@ -17,6 +17,18 @@ class IndexLookupError(TidemarkError):
     exit_status = 1
 
 
+class IndexUnreachable(IndexLookupError):
+    """No HTTP answer from the index service (refused connection, timeout, DNS)."""
+
+
+class IndexRegistrationRefused(IndexLookupError):
+    """The index service answered ``POST /v1/tables`` with an error status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 class HttpLookup:
     def __init__(self, url: str, tables: Mapping[str, TableDef], token: str | None = None, timeout_s: float = 60.0):
         self.url = url.rstrip("/")
@@ -64,10 +76,23 @@ class HttpLookup:
             for per_key in resp.json()["rows"]
         ]
 
-    def register(self, table: TableDef, ddl: str, history: bool = True) -> None:
-        resp = self.client.post("/v1/tables", json={"ddl": ddl, "history": history})
+    def register(self, table: TableDef | str, ddl: str, history: bool = True) -> dict:
+        """``POST /v1/tables``; the service's description of the table. Raises
+        ``IndexUnreachable`` when no answer came, ``IndexRegistrationRefused`` (with the
+        status and the service's message) when it said no."""
+        name = table if isinstance(table, str) else table.name
+        try:
+            resp = self.client.post("/v1/tables", json={"ddl": ddl, "history": history})
+        except httpx.TransportError as exc:
+            raise IndexUnreachable(f"index service at {self.url} is unreachable ({type(exc).__name__}: {exc})") from exc
         if resp.status_code not in (200, 201):
-            raise IndexLookupError(f"registering table '{table.name}' failed ({resp.status_code}): {resp.text}")
+            try:
+                detail = resp.json().get("detail")
+            except ValueError:
+                detail = resp.text
+            raise IndexRegistrationRefused(resp.status_code, f"index service at {self.url} refused table '{name}' "
+                                                             f"({resp.status_code}): {detail}")
+        return resp.json()
 
 
 def _json(value):
@@ -82,4 +107,4 @@ def _json(value):
     return value
 
 
-__all__ = ["HttpLookup", "IndexLookupError", "to_json_value"]
+__all__ = ["HttpLookup", "IndexLookupError", "IndexRegistrationRefused", "IndexUnreachable", "to_json_value"]

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 
 from tidemark.control import planning
 from tidemark.control.controller import Conflict, Controller, NotFound
+from tidemark.control.indexes import IndexConflict, IndexRejected, IndexUnavailable
 from tidemark.control.metrics import build_registry
 from tidemark.control.middleware import AccessLog, BodySizeLimit
 from tidemark.control.models import (
@@ -111,6 +112,20 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     async def _unavailable(_req: Request, exc: RegistryUnavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
+    # a delta join's tables could not be registered with the index service: the pipeline
+    # is not registered; 502 when that service is unusable (unreachable, refuses our token)
+    @app.exception_handler(IndexUnavailable)
+    async def _index_down(_req: Request, exc: IndexUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=502)
+
+    @app.exception_handler(IndexConflict)
+    async def _index_conflict(_req: Request, exc: IndexConflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(IndexRejected)
+    async def _index_rejected(_req: Request, exc: IndexRejected) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "kind": "IndexRejected"}, status_code=422)
+
     @app.exception_handler(Exception)
     async def _crash(_req: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error", exc_info=exc)
@@ -119,11 +134,13 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     # -- pipelines --------------------------------------------------------------------------
 
     @app.post("/v1/pipelines", status_code=201, response_model=PipelineCreated, dependencies=v1,
-              responses=_errors(400, 401, 409, 413, 422, 503), summary="Register a pipeline (not started)")
+              responses=_errors(400, 401, 409, 413, 422, 502, 503), summary="Register a pipeline (not started)")
     def create_pipeline(body: PipelineCreate) -> dict:
         plan = planning.explain(body.sql)
-        rec = controller.create(body.name, body.sql, body.options.model_dump())
-        return {**_view(rec), "plan": plan}
+        rec, binding = controller.create(body.name, body.sql, body.options.model_dump())
+        indexes = None if binding is None else {"url": binding.url, "tables": list(binding.tables),
+                                                 "embedded": binding.embedded}
+        return {**_view(rec), "plan": plan, "indexes": indexes}
 
     @app.post("/v1/explain", dependencies=v1, responses=_errors(400, 401, 413, 422, 503),
               summary="Plan SQL without registering it")

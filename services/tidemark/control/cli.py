@@ -50,6 +50,9 @@ def control(
     checkpoint_root: Annotated[str | None, typer.Option(
         help="Where job checkpoints live; shared storage lets another service take over")] = None,
     service_id: Annotated[str | None, typer.Option(help="Lease owner id; default: persisted in the state dir")] = None,
+    index_url: Annotated[str | None, typer.Option(
+        help="Index service for delta-join pipelines (token: $TIDEMARK_INDEX_TOKEN); "
+             "default: start one on loopback when the first delta-join pipeline arrives")] = None,
     lease_ttl: Annotated[float, typer.Option(help="Seconds a pipeline lease lasts without renewal")] = 15.0,
     insecure_dev: Annotated[bool, typer.Option("--insecure-dev", help="Run without a bearer token (dev only)")] = False,
 ) -> None:
@@ -68,10 +71,16 @@ def control(
     if token is None:
         typer.echo("WARNING: --insecure-dev: the API accepts every request without a token; "
                    "never expose this service beyond your machine", err=True)
+    if index_url is not None and not index_url.startswith(("http://", "https://")):
+        typer.echo(f"error: --index-url {index_url!r}: expected an http:// or https:// URL", err=True)
+        raise typer.Exit(2)
+    if index_url is None and master and not master.startswith("local"):
+        log.warning("--master without --index-url: delta-join pipelines get an index service on this "
+                    "machine's loopback, which executors on other machines cannot reach")
     with _broker(bootstrap_servers) as servers:
         settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,
                                    registry_topic=registry_topic, service_id=service_id, spark_master=master,
-                                   checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl)
+                                   checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl, index_url=index_url)
         try:
             controller = Controller(settings)
         except StateDirInUse as exc:

@@ -27,6 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tidemark.control import planning
+from tidemark.control.indexes import IndexBinding, IndexRegistrar
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
 from tidemark.control.registry_log import LEASE_PREFIX, LeaseRecord, PipelineRecord
 from tidemark.control.settings import ControlSettings
@@ -74,6 +76,8 @@ class Controller:
         self.service_id = settings.service_id or self._persistent_service_id()
         self.registry = KafkaRegistry(settings.bootstrap_servers, settings.registry_topic,
                                       lease_grace_s=settings.lease_grace_s)
+        self.indexes = IndexRegistrar(settings.bootstrap_servers, settings.index_url, settings.index_token,
+                                      settings.state_dir / "index")
         self.supervisors: dict[str, JobSupervisor] = {}
         self._progress: dict[str, JobProgress] = {}
         self._renewed_at: dict[str, float] = {}
@@ -107,6 +111,7 @@ class Controller:
             for name, sup in sups.items():
                 sup.stop(wait=True)
                 self._release_if_held(name)
+        self.indexes.close()  # after the jobs: they look rows up until they stop
         self.registry.close()
         self._lock_file.close()
 
@@ -233,7 +238,8 @@ class Controller:
                            restart=bool(options.get("restart")),
                            backoff_base_s=self.settings.restart_backoff_base_s,
                            backoff_max_s=float(options.get("restart_max_backoff_s") or 60.0),
-                           stop_timeout_s=self.settings.job_stop_timeout_s)
+                           stop_timeout_s=self.settings.job_stop_timeout_s,
+                           prepare=lambda: self._prepare_job(rec))
             progress = self._progress.setdefault(rec.name, JobProgress())
             sup = JobSupervisor(spec, progress, on_finished=self._on_finished,
                                 lease_deadline=lambda: self._confirmed_until.get(rec.name, 0.0))
@@ -241,6 +247,12 @@ class Controller:
             self._started_version[rec.name] = rec.version
             sup.start()
             log.info("pipeline %s: started locally (owner %s)", rec.name, self.service_id)
+
+    def _prepare_job(self, rec: PipelineRecord) -> tuple[list[str], dict[str, str]]:
+        """Before each launch: (re-)register a delta join's tables with the index service
+        (it may have restarted and forgotten them) and tell the job where it is."""
+        binding = self.indexes.ensure(rec.name, planning.compile_pipeline(rec.sql))
+        return (binding.job_args(), binding.job_env()) if binding is not None else ([], {})
 
     def _release_if_held(self, name: str) -> None:
         try:
@@ -269,9 +281,12 @@ class Controller:
 
     # -- operations behind the API ----------------------------------------------------------
 
-    def create(self, name: str, sql: str, options: dict[str, Any]) -> PipelineRecord:
+    def create(self, name: str, sql: str, options: dict[str, Any]) -> tuple[PipelineRecord, IndexBinding | None]:
+        """Register a pipeline. A delta join's tables are registered with the index service
+        first: a pipeline whose indexes cannot be set up is not registered at all."""
         if self.registry.read(lambda s: name in s.pipelines):
             raise Conflict(f"pipeline '{name}' already exists")
+        binding = self.indexes.ensure(name, planning.compile_pipeline(sql))
         now = time.time()
         rec = PipelineRecord(name=name, sql=sql, options=options, desired="stopped", version=1,
                              uid=uuid.uuid4().hex, request_id=self.registry.new_request_id(),
@@ -280,7 +295,7 @@ class Controller:
         if not self.registry.outcome(rec.request_id):
             self._repair(name, offset)
             raise Conflict(f"pipeline '{name}' already exists")
-        return rec
+        return rec, binding
 
     def set_desired(self, name: str, desired: str) -> PipelineRecord:
         """A start always writes a new version, even when already desired running: that is

@@ -49,8 +49,15 @@ class PipelineView(BaseModel):
     updated_at: float
 
 
+class IndexesView(BaseModel):
+    url: str = Field(description="The index service the job looks rows up in")
+    tables: list[str] = Field(description="Delta-join source tables registered there")
+    embedded: bool = Field(description="The control service's own index service (no --index-url)")
+
+
 class PipelineCreated(PipelineView):
     plan: dict[str, Any] = Field(description="The plan, as `tidemark explain --json` prints it")
+    indexes: IndexesView | None = Field(None, description="Where a delta join's tables were registered")
 
 
 class PipelineList(BaseModel):
@@ -80,6 +87,8 @@ class PipelineStatus(BaseModel):
     conflicts: int = Field(0, description="Rows dropped by ON CONFLICT DO NOTHING")
     retractions_without_state: int = 0
     state_size_bytes: int | None = None
+    metrics: dict[str, int] = Field(default_factory=dict,
+                                    description="Stage counters summed over batches, e.g. delta_join.left.cache_hits")
 
 
 class ErrorBody(BaseModel):

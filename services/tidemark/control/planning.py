@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidemark.engine.pipeline import Pipeline
 
 log = logging.getLogger("tidemark.control.planning")
 
@@ -18,11 +21,22 @@ class PlanRejected(Exception):
 
 def explain(sql: str) -> dict[str, Any]:
     """``compile_sql(sql).explain()`` -- the same dict ``tidemark explain --json`` prints."""
+    pipeline = compile_pipeline(sql)
+    try:
+        return pipeline.explain()
+    except Exception as err:
+        log.exception("explain failed on a pipeline that planned")
+        raise PlanRejected(f"the planner could not explain this SQL ({type(err).__name__}: {err}); "
+                           "this is a Tidemark bug, please report it", "InternalPlannerError") from err
+
+
+def compile_pipeline(sql: str) -> Pipeline:
+    """``compile_sql(sql)``, with every failure turned into ``PlanRejected``."""
     from tidemark.engine.errors import TidemarkError
     from tidemark.engine.pipeline import compile_sql
 
     try:
-        return compile_sql(sql).explain()
+        return compile_sql(sql)
     except TidemarkError as err:
         raise PlanRejected(str(err), type(err).__name__) from err
     except RecursionError as err:  # absurdly nested SQL from a client must not be a 500

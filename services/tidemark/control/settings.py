@@ -38,6 +38,9 @@ class ControlSettings:
     spark_master: str | None = None
     checkpoint_root: str | None = None  # default state_dir/checkpoints; shared storage for fail-over
     job_command: list[str] = field(default_factory=job_command_from_env)
+    # the index service of delta-join pipelines; None: an embedded one, started on demand
+    index_url: str | None = None
+    index_token: str | None = field(default_factory=lambda: os.environ.get("TIDEMARK_INDEX_TOKEN") or None)
     lease_ttl_s: float = 15.0
     lease_grace_s: float = 2.0
     reconcile_interval_s: float = 0.5

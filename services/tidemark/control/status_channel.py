@@ -16,6 +16,8 @@ Counts in a ``batch`` event are for that batch (deltas); the control service sum
 so a job restarted from its checkpoint never needs to remember totals. ``lag`` and
 ``state_size_bytes`` are gauges as of the end of the batch. Unknown fields and events are
 ignored and a malformed line is skipped (counted), so the job can add fields freely.
+A ``batch`` event may carry ``"metrics": {"delta_join.left.cache_hits": 3, ...}``: a stage's
+counters for that batch, summed per name (the status API shows them under ``metrics``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class JobProgress:
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     state_size_bytes: int | None = None
     error: str | None = None  # the last "error" event's message
+    # counters a stage reports per batch (e.g. the delta join's "delta_join.left.cache_hits"),
+    # summed like the figures above
+    metrics: dict[str, int] = field(default_factory=dict)
     idle: bool = False
     bad_lines: int = 0
 
@@ -79,6 +84,11 @@ class JobProgress:
                 }
             if event.get("state_size_bytes") is not None:
                 self.state_size_bytes = int(event["state_size_bytes"])
+            metrics = event.get("metrics")
+            if isinstance(metrics, dict):
+                for name, value in metrics.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        self.metrics[str(name)] = self.metrics.get(str(name), 0) + int(value)
         elif kind == "idle":
             self.idle = True
         elif kind == "error":
@@ -92,6 +102,7 @@ class JobProgress:
             **self.totals,
             "lag": [{"topic": t, "partition": p, "lag": n} for (t, p), n in sorted(self.lag.items())],
             "state_size_bytes": self.state_size_bytes,
+            "metrics": dict(sorted(self.metrics.items())),
         }
 
 

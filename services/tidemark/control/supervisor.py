@@ -44,6 +44,9 @@ class JobSpec:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     stop_timeout_s: float = 20.0
+    # run before each launch (in the supervisor's thread, off the reconcile loop): returns
+    # extra arguments and environment, e.g. where the index service is; raising fails the run
+    prepare: Callable[[], tuple[list[str], dict[str, str]]] | None = None
 
     @property
     def status_file(self) -> Path:
@@ -145,16 +148,20 @@ class JobSupervisor:
         tail = FileTail(str(spec.status_file))
         self.progress.error = None
         self.progress.ready = False
-        env = {**os.environ, **spec.env, "TIDEMARK_STATUS_FILE": str(spec.status_file),
+        self.state = "starting"
+        extra_argv, extra_env = self._prepare()
+        if self._stop.is_set():
+            return
+        argv = [*spec.argv, *extra_argv]
+        env = {**os.environ, **spec.env, **extra_env, "TIDEMARK_STATUS_FILE": str(spec.status_file),
                "TIDEMARK_PIPELINE": spec.name, "TIDEMARK_EXIT_ON_STDIN_EOF": "1"}
         with open(spec.workdir / "stdout.log", "ab") as out, open(spec.workdir / "stderr.log", "ab") as err:
             err_start = err.tell()
-            self.state = "starting"
-            proc = subprocess.Popen(spec.argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env,
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, env=env,
                                     cwd=spec.workdir, start_new_session=True)
         self._proc, self.pid = proc, proc.pid
-        spec.pid_file.write_text(json.dumps({"pid": proc.pid, "argv": spec.argv}))
-        log.info("pipeline %s: job started, pid %d: %s", spec.name, proc.pid, " ".join(spec.argv))
+        spec.pid_file.write_text(json.dumps({"pid": proc.pid, "argv": argv}))
+        log.info("pipeline %s: job started, pid %d: %s", spec.name, proc.pid, " ".join(argv))
         try:
             while proc.poll() is None:
                 self._read_status(tail)
@@ -177,6 +184,15 @@ class JobSupervisor:
             self.finished_cleanly = True
             return
         raise JobDied(self._failure_message(rc, err_start))
+
+    def _prepare(self) -> tuple[list[str], dict[str, str]]:
+        if self.spec.prepare is None:
+            return [], {}
+        try:
+            return self.spec.prepare()
+        except Exception as exc:  # shown as the failure, like a job's own error
+            log.warning("pipeline %s: could not prepare the job: %s", self.spec.name, exc)
+            raise JobDied(f"not started: {exc}") from exc
 
     def _read_status(self, tail: FileTail) -> None:
         for line in tail.read_lines():
