@@ -1,8 +1,8 @@
 """docker-compose.yml describes a topology that would really run: there is no Docker engine
 here, so instead of starting it, every command is checked against the program it names
 (tidemark's CLI, Spark's master/worker argument parsers in the pyspark jars), every bound
-file exists, and the pieces point at each other (Prometheus -> control, drivers -> Spark
-master, executors -> shared checkpoints)."""
+file exists, and the pieces point at each other (Prometheus -> control and index, control ->
+index with its token, drivers -> Spark master, executors -> shared checkpoints)."""
 
 from __future__ import annotations
 
@@ -155,11 +155,35 @@ def test_bound_files_exist(compose):
     assert any(target.startswith(dash_dir + "/") for target in grafana)
 
 
-def test_prometheus_scrapes_the_control_service(compose):
+def test_prometheus_scrapes_the_control_and_index_services(compose):
     prom = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
     targets = [t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
-    control = argv(compose["services"]["control"])
-    assert f"control:{control[control.index('--port') + 1]}" in targets
+    for name in ("control", "index"):
+        args = argv(compose["services"][name])
+        assert f"{name}:{args[args.index('--port') + 1]}" in targets
+
+
+def test_healthchecks_probe_each_services_own_port(compose):
+    for name in ("control", "index"):
+        svc = compose["services"][name]
+        args = argv(svc)
+        probe = " ".join(svc["healthcheck"]["test"])
+        assert f"http://127.0.0.1:{args[args.index('--port') + 1]}/readyz" in probe, name
+        assert args[args.index("--host") + 1] == "0.0.0.0", f"{name} must listen beyond the container's loopback"
+
+
+def test_control_registers_delta_joins_with_the_index_service(compose):
+    from tidemark.control.indexes import INDEX_TOKEN_ENV
+
+    services = compose["services"]
+    index, control = argv(services["index"]), argv(services["control"])
+    assert control[control.index("--index-url") + 1] == (
+        f"http://{services['index']['hostname']}:{index[index.index('--port') + 1]}")
+    assert index[index.index("--bootstrap-servers") + 1] == control[control.index("--bootstrap-servers") + 1]
+    # the token the control service (and its jobs) send is the one the index service checks
+    assert services["control"]["environment"][INDEX_TOKEN_ENV] == services["index"]["environment"]["TIDEMARK_API_TOKEN"]
+    # pipelines are only registered once the index service answers
+    assert services["control"]["depends_on"]["index"] == {"condition": "service_healthy"}
 
 
 def test_dockerfile_builds_the_cli_image():
