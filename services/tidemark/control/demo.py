@@ -10,6 +10,10 @@ the way a user operates Tidemark -- over REST.
 4. Waits for the sink topic to hold the seed's answer, shows the status figures, prints the
    sink topic and table, stops the pipeline and the service.
 
+Alongside, a delta-join pipeline (orders x customers, ``demo_delta``): registering it
+registers its tables with the control service's embedded index service; it runs while the
+s1/s2 part does, and its sink table and delta-join figures are printed at the end.
+
 Exit status 0 when the sink table is right, 1 otherwise. Each step prints the curl call that
 does the same by hand (docs/control.md).
 """
@@ -109,6 +113,7 @@ class ControlProcess:
 
 def main() -> int:
     from tidemark.cli import demo as seed
+    from tidemark.control import demo_delta
     from tidemark.kafka.admin import ensure_topics
     from tidemark.kafka.broker import EmbeddedBroker, configured_bootstrap
 
@@ -120,6 +125,9 @@ def main() -> int:
         # before s1's changes arrive one batch at a time (see tidemark.cli.demo)
         topics = {"s1": f"demo-{run}-1-s1", "s2": f"demo-{run}-0-s2", "t1": f"demo-{run}-t1"}
         ensure_topics(bootstrap, {topics["s1"]: 3, topics["s2"]: 1, topics["t1"]: 1})
+        delta_topics = demo_delta.topics(run) if demo_delta.supported() else None
+        if delta_topics:
+            ensure_topics(bootstrap, dict.fromkeys(delta_topics.values(), 1))
         work = Path(tempfile.mkdtemp(prefix="tidemark-demo-"))
 
         _say("\n$ tidemark control --insecure-dev --bootstrap-servers ... --port ...")
@@ -129,7 +137,7 @@ def main() -> int:
             for line in control.warnings():
                 _say(line)
             _say(f"control service ready at {control.url} (log: {control.log})")
-            return _drive(control, seed, bootstrap, topics)
+            return _drive(control, seed, bootstrap, topics, delta_topics)
         except (TimeoutError, RuntimeError, httpx.HTTPError) as exc:
             _say(f"\nFAILED: {exc}\n--- control service log (last lines) ---\n{control.log_tail()}")
             return 1
@@ -138,7 +146,10 @@ def main() -> int:
             _say(f"\ncontrol service stopped (exit status {status}: SIGTERM after a clean shutdown)")
 
 
-def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str, str]) -> int:
+def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str, str],
+           delta_topics: dict[str, str] | None) -> int:
+    from tidemark.control import demo_delta
+
     c = control.client
     sql = seed.DEMO_SQL.format(**topics)
     _say(f"\n$ curl -X POST {control.url}/v1/pipelines -d '{{\"name\": \"{PIPELINE}\", \"sql\": ..., "
@@ -150,6 +161,18 @@ def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str,
     plan = r.json()["plan"]
     _say(f"201 registered {PIPELINE}: desired {r.json()['desired']}; plan: "
          + json.dumps({k: plan[k] for k in ("sink", "on_conflict") if k in plan}))
+
+    index_url = None
+    if delta_topics is None:
+        _say("\n(delta-join pipeline skipped: this `tidemark run` has no --index-url yet)")
+    else:
+        index_url = demo_delta.register(c, control.url, delta_topics, _say)
+        if index_url is None:
+            return 1
+        demo_delta.produce(bootstrap, delta_topics, _say)
+        _say(f"\n$ curl -X POST {control.url}/v1/pipelines/{demo_delta.PIPELINE}/start")
+        r = c.post(f"/v1/pipelines/{demo_delta.PIPELINE}/start")
+        _say(f"{r.status_code} state {r.json()['state']}")
 
     _say(f"\n$ curl -X POST {control.url}/v1/pipelines/{PIPELINE}/start")
     r = c.post(f"/v1/pipelines/{PIPELINE}/start")
@@ -207,7 +230,15 @@ def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str,
         _say(f"\nWRONG: expected every id to end at {seed.EXPECTED_ROW}")
         return 1
     _say("\nall three orderings end at (id, 20, 'b1'), as the seed requires.")
-    return 0
+    if delta_topics is None or index_url is None:
+        return 0
+    # until_idle: the delta-join job stops by itself once it has consumed everything
+    st = _wait(lambda: (s := c.get(f"/v1/pipelines/{demo_delta.PIPELINE}/status").json())["state"]
+               in ("stopped", "failed") and s, 300, f"{demo_delta.PIPELINE} to finish")
+    if st["state"] == "failed":
+        _say(f"\n{demo_delta.PIPELINE} failed: {st['error']}")
+        return 1
+    return 0 if demo_delta.report(st, bootstrap, delta_topics, index_url, _say) else 1
 
 
 def _table(history: list[tuple[int, tuple | None]]) -> dict[int, tuple]:
