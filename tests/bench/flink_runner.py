@@ -1,0 +1,381 @@
+"""Flink 2.3's half of the benchmark suite: run workload variants in a local mini-cluster.
+
+Two halves in one file:
+
+- ``run(workloads_and_variants, work_dir, ...)`` (stdlib only: the suite calls it from the
+  Tidemark venv) builds a JSON job spec and runs this file with the Flink venv's python
+  (``$TIDEMARK_FLINK_PYTHON``, default ``.venv-flink/bin/python``) as a subprocess;
+- ``main()`` (in the Flink venv) reads the spec on stdin, starts ONE mini-cluster in the
+  PyFlink gateway JVM (its start-up is timed and reported apart, never in a throughput),
+  runs each job one after the other and writes one JSON report on stdout.
+
+What is measured, per job (parallelism 2, state backend RocksDB unless the spec says
+``hashmap``; the same backend for every workload so the figures compare):
+
+- ``throughput_rows_s`` = input records / (end of input at the sink - job RUNNING). The
+  sink (``tidemark-bench``, Java, ``flink_java/``) stamps the moment it receives end-of-input
+  in every subtask: every record has then passed every operator; the last stamp counts.
+  RUNNING is the job's status timestamp from the REST API, taken when scheduling starts, so
+  task deployment and code generation are inside the measured time, Python-side planning
+  and submission are not. ``job_seconds`` runs to the job's end (final checkpoint included).
+- The JVM and cluster start-up (``jvm_start_seconds``) is paid once per subprocess and never
+  counted. Jobs of one subprocess share the JVM, whose heap does not shrink between jobs:
+  for a clean ``peak_rss_bytes`` per workload, run each workload variant in its own
+  ``run()`` call (repeats of one variant can share it).
+- ``peak_rss_bytes``: the largest sum of RSS over the gateway JVM's process tree (psutil,
+  sampled every 100 ms while the job runs); ``peak_rss_with_driver_bytes`` adds this Python
+  process.
+- ``state_bytes``: size of the final checkpoint, triggered (full, not incremental) as soon as
+  every sink subtask has seen end-of-input, when all operators have finished: the state every
+  operator holds at the end of input (Flink's checkpoint statistics ``state_size``;
+  ``state_by_vertex`` per job vertex, e.g. the materializer's or the join's share). Periodic
+  checkpoints run during the job every ``checkpoint_interval`` (default 10 s).
+- ``rows``: the final sink table. The sink is an upsert sink (so Flink plans the same sink
+  materializer as for upsert-kafka or JDBC) that keeps the table in a hash map per subtask
+  (the materializer before it is keyed by the sink PK, so subtasks hold disjoint keys) and
+  dumps it at end-of-input. ``'materialize' = 'false'`` makes it a counting blackhole (same
+  clock), to measure what keeping the table costs.
+
+``DO NOTHING``/``DO ERROR`` need watermarks in Flink 2.3 (workloads.Workload.flink_sql adds a
+constant rowtime); periodic watermarks are disabled (``pipeline.auto-watermark-interval`` = 0),
+so the only watermark is end-of-input's and the compacting materializer compacts once. Why: a
+Debezium update that moves a row between join keys leaves the parallel join as a -U on one
+subtask and a +U on another; a watermark passing between them would split the pair across
+compaction steps and make ``DO ERROR`` fail on conflict-free input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+JAVA_SRC = HERE / "flink_java" / "src"
+DEFAULT_FLINK_PYTHON = REPO / ".venv-flink" / "bin" / "python"
+STRATEGY_OPTION = "table.exec.sink.upsert-materialize-strategy.type"
+
+BASE_CONFIG = {
+    "parallelism.default": "2",
+    "restart-strategy.type": "none",
+    "execution.checkpointing.incremental": "false",
+    "execution.checkpointing.checkpoints-after-tasks-finish": "true",
+    "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+    "execution.checkpointing.max-concurrent-checkpoints": "1",
+    "pipeline.auto-watermark-interval": "0 ms",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Client side (any venv, stdlib only)
+# --------------------------------------------------------------------------------------------
+
+def job_spec(workload: Any, variant: str, work_dir: Path, materialize: bool = True,
+             backend: str = "rocksdb", checkpoint_interval: str = "10 s", timeout_s: float = 1800) -> dict:
+    """One job of the spec: ``workload`` (a workloads.Workload) in Flink variant ``variant``."""
+    job_dir = Path(work_dir) / f"{workload.name}-{variant}-{'collect' if materialize else 'count'}"
+    if job_dir.exists():
+        shutil.rmtree(job_dir)
+    (job_dir / "sink").mkdir(parents=True)
+    sql = workload.flink_sql(sink_options={"connector": "tidemark-bench", "dir": str(job_dir / "sink"),
+                                           "materialize": "true" if materialize else "false"})
+    return {
+        "id": f"{workload.name}/{variant}",
+        "sql": sql,
+        "options": dict(workload.flink_variants[variant]),
+        "input_rows": workload.input_rows,
+        "sink_columns": list(workload.sink_columns),
+        "sink_pk": list(workload.sink_pk),
+        "sink_dir": str(job_dir / "sink"),
+        "checkpoint_dir": str(job_dir / "checkpoints"),
+        "backend": backend,
+        "checkpoint_interval": checkpoint_interval,
+        "timeout_s": timeout_s,
+    }
+
+
+def run(jobs: list[dict], python: str | None = None, timeout_s: float | None = None) -> dict:
+    """Run ``jobs`` (``job_spec`` results) in one Flink subprocess; returns its report:
+    ``{"flink_version", "jvm_start_seconds", "jobs": [{"id", "ok", "error", "throughput_rows_s",
+    "peak_rss_bytes", "state_bytes", "rows", ...}]}``. Raises RuntimeError when the
+    subprocess itself fails (the message carries its stderr tail)."""
+    python = python or os.environ.get("TIDEMARK_FLINK_PYTHON", str(DEFAULT_FLINK_PYTHON))
+    proc = subprocess.run([python, str(Path(__file__).resolve())], input=json.dumps({"jobs": jobs}),
+                          capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"flink_runner exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Flink side
+# --------------------------------------------------------------------------------------------
+
+def _flink_lib_dir() -> Path:
+    import pyflink
+
+    return Path(pyflink.__file__).resolve().parent / "lib"
+
+
+def build_jar() -> Path:
+    """Compile ``flink_java`` against this pyflink's jars (cached by source hash)."""
+    sources = sorted(JAVA_SRC.rglob("*.java")) + sorted(JAVA_SRC.rglob("META-INF/services/*"))
+    digest = hashlib.sha256()
+    lib = _flink_lib_dir()
+    digest.update(str(lib).encode())
+    for f in sources:
+        digest.update(f.relative_to(JAVA_SRC).as_posix().encode())
+        digest.update(f.read_bytes())
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tidemark-flink-bench"
+    jar = cache / f"tidemark-bench-{digest.hexdigest()[:16]}.jar"
+    if jar.exists():
+        return jar
+    cache.mkdir(parents=True, exist_ok=True)
+    classpath = os.pathsep.join(str(p) for p in sorted(lib.glob("*.jar")))
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath,
+                            *[str(f) for f in sources if f.suffix == ".java"]], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"compiling flink_java failed:\n{r.stderr}")
+        services = Path(tmp) / "META-INF" / "services"
+        services.mkdir(parents=True)
+        for f in JAVA_SRC.glob("META-INF/services/*"):
+            (services / f.name).write_bytes(f.read_bytes())
+        partial = jar.with_suffix(".tmp")
+        subprocess.run(["jar", "cf", str(partial), "-C", tmp, "."], check=True)
+        partial.replace(jar)
+    return jar
+
+
+class RssSampler:
+    """Peak RSS of this process's descendants (the gateway JVM) and of the whole tree."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        import psutil
+
+        self._me = psutil.Process()
+        self._psutil = psutil
+        self.interval_s = interval_s
+        self.peak_children = 0
+        self.peak_total = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        children = 0
+        for p in self._me.children(recursive=True):
+            try:
+                children += p.memory_info().rss
+            except self._psutil.Error:
+                pass
+        total = children + self._me.memory_info().rss
+        self.peak_children = max(self.peak_children, children)
+        self.peak_total = max(self.peak_total, total)
+
+    def __enter__(self) -> RssSampler:
+        self.peak_children = self.peak_total = 0
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.sample()
+                self._stop.wait(self.interval_s)
+
+        self._stop.clear()
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self.sample()
+
+
+def _rest(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+        return json.loads(r.read())
+
+
+def _java_error(exc: BaseException) -> str:
+    import re
+
+    text = str(exc)
+    causes = re.findall(r"(?:Caused by: |^: |\n: )([\w.$]+(?:Exception|Error)[^\n]*)", text)
+    return (causes[-1] if causes else text.strip().splitlines()[0]).strip()
+
+
+class Runner:
+    def __init__(self, slots: int = 4) -> None:
+        from pyflink.java_gateway import get_gateway
+
+        self.jvm = get_gateway().jvm
+        self.port = self.jvm.tidemark.flinkbench.BenchCluster.start(slots, 256)
+
+    def run_job(self, job: dict) -> dict:
+        from pyflink.table import EnvironmentSettings, TableEnvironment
+
+        res: dict[str, Any] = {"id": job["id"], "ok": False, "error": None, "options": job["options"],
+                               "backend": job["backend"], "input_rows": job["input_rows"]}
+        t = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+        conf = t.get_config()
+        ckpt = Path(job["checkpoint_dir"])
+        config = {**BASE_CONFIG, "execution.target": "remote", "rest.address": "127.0.0.1",
+                  "rest.port": str(self.port), "state.backend.type": job["backend"],
+                  "execution.checkpointing.dir": ckpt.resolve().as_uri(),
+                  "execution.checkpointing.interval": job["checkpoint_interval"], **job["options"]}
+        for k, v in config.items():
+            conf.set(k, v)
+        res["config"] = config
+        stmts = [s.strip() for s in job["sql"].split(";\n") if s.strip()]
+        sink_dir = Path(job["sink_dir"])
+        try:
+            for s in stmts[:-1]:
+                t.execute_sql(s)
+            res["plan"] = t.explain_sql(stmts[-1])
+            with RssSampler() as rss:
+                tr = t.execute_sql(stmts[-1])
+                client = tr.get_job_client()
+                job_id = str(client.get_job_id())
+                future = client._j_job_client.getJobExecutionResult()
+                error = self._drive(job, job_id, future, sink_dir)
+        except Exception as e:  # rejected at planning
+            res["error"] = _java_error(e)
+            return res
+        res["job_id"] = job_id
+        res["peak_rss_bytes"] = rss.peak_children
+        res["peak_rss_with_driver_bytes"] = rss.peak_total
+        info = _rest(self.port, f"/jobs/{job_id}")
+        for _ in range(100):  # the REST view of the job lags its result future a little
+            if info.get("end-time", -1) > 0:
+                break
+            time.sleep(0.1)
+            info = _rest(self.port, f"/jobs/{job_id}")
+        res["job_state"] = info.get("state")
+        running_ms = info["timestamps"].get("RUNNING") or info["start-time"]
+        res["job_seconds"] = round((info["end-time"] - running_ms) / 1000, 3) if info.get("end-time", -1) > 0 else None
+        self._state(job_id, res)
+        if error:
+            res["error"] = error
+            return res
+        parts = [json.loads(p.read_text()) for p in sorted(sink_dir.glob("part-*.json"))]
+        end_ms = max(p["end_of_input_ms"] for p in parts)
+        res["seconds"] = round((end_ms - running_ms) / 1000, 3)
+        res["throughput_rows_s"] = round(job["input_rows"] / max(res["seconds"], 1e-3), 1)
+        res["sink_changes"] = sum(p["changes"] for p in parts)
+        res["materialized"] = all(p["materialized"] for p in parts)
+        if res["materialized"]:
+            rows, seen = [], set()
+            pk_idx = [job["sink_columns"].index(c) for c in job["sink_pk"]]
+            for p in parts:
+                for row in p["rows"]:
+                    key = json.dumps([row[i] for i in pk_idx])
+                    if key in seen:
+                        res["error"] = f"sink key {key} held by two sink subtasks (sink input not keyed by PK)"
+                        return res
+                    seen.add(key)
+                    rows.append(row)
+            res["rows"] = rows
+        res["ok"] = True
+        return res
+
+    def _drive(self, job: dict, job_id: str, future: Any, sink_dir: Path) -> str | None:
+        """Wait for end-of-input at every sink subtask, then trigger the final checkpoint
+        (repeatedly: one triggered while a task is still finishing is not the final one) until
+        the job ends. Returns the job's error, if it failed."""
+        deadline = time.time() + job["timeout_s"]
+        n_sinks = None
+        while not future.isDone():
+            if time.time() > deadline:
+                self.jvm.tidemark.flinkbench.BenchCluster.checkpoint(job_id, 1)
+                _cancel(self.port, job_id)
+                return f"timed out after {job['timeout_s']}s"
+            if n_sinks is None:
+                n_sinks = _sink_parallelism(self.port, job_id)
+            if n_sinks and len(list(sink_dir.glob("part-*.json"))) >= n_sinks:
+                self.jvm.tidemark.flinkbench.BenchCluster.checkpoint(job_id, 10_000)
+                time.sleep(0.05)
+            else:
+                time.sleep(0.05)
+        try:
+            future.get()
+        except Exception as e:
+            return _java_error(e)
+        return None
+
+    def _state(self, job_id: str, res: dict) -> None:
+        try:
+            stats = _rest(self.port, f"/jobs/{job_id}/checkpoints")
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            res["state_error"] = str(e)
+            return
+        latest = (stats.get("latest") or {}).get("completed")
+        res["checkpoints_completed"] = (stats.get("counts") or {}).get("completed")
+        if not latest:
+            res["state_bytes"] = None
+            return
+        res["state_bytes"] = latest.get("state_size")
+        res["checkpoint_id"] = latest.get("id")
+        try:
+            details = _rest(self.port, f"/jobs/{job_id}/checkpoints/details/{latest['id']}")
+            names = {v["id"]: v["name"] for v in _rest(self.port, f"/jobs/{job_id}")["vertices"]}
+            res["state_by_vertex"] = {names.get(vid, vid)[:160]: t.get("state_size")
+                                      for vid, t in (details.get("tasks") or {}).items()}
+        except Exception as e:  # noqa: BLE001
+            res["state_error"] = str(e)
+
+
+def _sink_parallelism(port: int, job_id: str) -> int | None:
+    try:
+        for v in _rest(port, f"/jobs/{job_id}")["vertices"]:
+            if "tidemark-bench-sink" in v["name"] or "Sink" in v["name"]:
+                return int(v["parallelism"])
+    except Exception:  # noqa: BLE001 - not yet known
+        return None
+    return None
+
+
+def _cancel(port: int, job_id: str) -> None:
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/jobs/{job_id}", method="PATCH"),
+                               timeout=30).read()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def main() -> int:
+    out = os.fdopen(os.dup(1), "w")  # the JVM writes to stdout; keep it for the report
+    os.dup2(2, 1)
+    spec = json.load(sys.stdin)
+    jar = build_jar()
+    os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(p for p in (str(jar), os.environ.get("HADOOP_CLASSPATH", "")) if p)
+    t0 = time.time()
+    runner = Runner()
+    report: dict[str, Any] = {"jvm_start_seconds": round(time.time() - t0, 2), "jobs": []}
+    import pyflink.version
+
+    report["flink_version"] = pyflink.version.__version__
+    for job in spec["jobs"]:
+        print(f"flink_runner: {job['id']} ...", file=sys.stderr, flush=True)
+        res = runner.run_job(job)
+        print(f"flink_runner: {job['id']} ok={res['ok']} {res.get('throughput_rows_s')} rows/s "
+              f"state={res.get('state_bytes')} error={res.get('error')}", file=sys.stderr, flush=True)
+        report["jobs"].append(res)
+    json.dump(report, out)
+    out.write("\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
