@@ -31,6 +31,11 @@ class SideCache:
         self.misses += 1
         return None
 
+    def peek(self, key: tuple) -> SideRows | None:
+        """The cached rows without counting a hit or a miss: for updating an entry with a
+        change that needed no lookup (it still counts as a recent use)."""
+        return self._lru.get(key) if self._lru is not None else None
+
     def __contains__(self, key: tuple) -> bool:
         return self._lru is not None and key in self._lru
 

@@ -16,7 +16,9 @@ Two consistency modes, per batch (the micro-batch holds both deltas, ``dA`` and 
   refreshes (``-U X``/``+U X`` for a row put back within the batch) and positions, every
   join type rebuilds the regular join's state for the key from the two before-images and
   lets ``Join`` compute the change, so the output equals ``stages.join.Join`` change for
-  change. A key touched on either side therefore needs both sides' before-images.
+  change. A key touched on either side therefore needs both sides' before-images (an
+  inner join skips the side that only adds while the other side is unchanged: its rows
+  cannot change the output).
 
 Where the rows come from is injected, so the stage has no HTTP or Kafka in it:
 
@@ -315,22 +317,44 @@ class DeltaJoin:
             self._reported_size[s] = size
         return None, out
 
+    def _strong_needs(self, inputs: Sequence[list[Change]]) -> list[bool]:
+        """Which sides' before-images ``Join`` needs for a key the batch touches. Outer
+        joins: both (padding depends on both sides' rows). Inner joins: side ``s`` when the
+        other side changed (its changes join with ``s``'s rows) or when ``s`` retracts (a
+        retraction, or a row put back, needs ``s``'s own rows: how many copies exist, and
+        whether the row was there); a side that only adds, facing an unchanged other side,
+        changes the output the same whatever its own rows are, so it is not looked up."""
+        if not (inputs[0] or inputs[1]):
+            return [False, False]
+        if any(self.join.outer):
+            return [True, True]
+        return [bool(inputs[1 - s]) or any(not c.is_add for c in inputs[s]) for s in (0, 1)]
+
     def _strong(self, key: tuple, inputs: Sequence[list[Change]], ctx: BatchContext) -> list[Change]:
         """The regular join's change for ``key``: its per-key state rebuilt from both sides'
         before-images (as of the batch's start), then ``Join.process_key`` on the batch's
         changes, so kinds, refreshes and positions are the regular join's own. The state it
-        leaves is both sides' after-images, with the regular join's positions: what the
-        caches and the embedded index keep for the next batch."""
-        if not (inputs[0] or inputs[1]):
+        leaves is the after-images, with the regular join's positions: what the caches and
+        the embedded index keep for the next batch. A side not looked up (see
+        ``_strong_needs``) only adds; its cached entry, if any, is advanced."""
+        need = self._strong_needs(inputs)
+        if not (need[0] or need[1]):
             return []
-        before = [self._rows(s, key, ctx)[0] for s in (0, 1)]
+        before = [self._rows(s, key, ctx)[0] if need[s] else {} for s in (0, 1)]
         st = self._join_state(before)
         out = self.join.process_key(key, inputs, st, ctx)[1]
         for s in (0, 1):
-            after = {r: [e[0], e[1]] for r, e in st[s].items()}
-            if self.cache_enabled:
-                self.caches[s].put(key, after)
-            self.sources[s].replace(key, after)
+            if need[s]:
+                after = {r: [e[0], e[1]] for r, e in st[s].items()}
+                if self.cache_enabled:
+                    self.caches[s].put(key, after)
+                self.sources[s].replace(key, after)
+            elif inputs[s]:
+                adds = _consolidate(inputs[s])
+                cached = self.caches[s].peek(key)
+                if cached is not None:
+                    self.caches[s].put(key, advance_rows(cached, adds))
+                self.sources[s].advance(key, adds)
         return out
 
     def _eventual(self, key: tuple, inputs: Sequence[list[Change]], ctx: BatchContext) -> list[Change]:
@@ -354,7 +378,7 @@ class DeltaJoin:
                     cache.put(key, after[s])
             elif cons[s] and key in cache:
                 # "a change on one side updates that side's cached entry only if present"
-                cache.put(key, advance_rows(cache._lru[key], cons[s]))
+                cache.put(key, advance_rows(cache.peek(key), cons[s]))
             self.sources[s].advance(key, cons[s])
         return self._inner(cons, after)
 
@@ -434,8 +458,8 @@ class DeltaJoin:
         for s in (0, 1):
             wanted = []
             for key, lists in groups.items():
-                # strong: both sides of every touched key; eventual: the other side of a change
-                if any(v is None for v in key) or not (lists[1 - s] or (strong and lists[s])):
+                # eventual: the other side of a change; strong: what Join needs
+                if any(v is None for v in key) or not (self._strong_needs(lists)[s] if strong else lists[1 - s]):
                     continue
                 if self.cache_enabled:
                     hit = self.caches[s].get(key)
