@@ -215,8 +215,6 @@ def test_embedded_index_service_is_started_once_reused_and_stopped(make_service,
 def test_embedded_index_service_exits_when_its_control_service_dies(tmp_path, broker):
     """The child watches its stdin (a pipe from the owner): EOF, whatever killed the owner,
     shuts it down."""
-    from tidemark.control.index_process import EmbeddedIndex
-
     owner = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path\n"
         "from tidemark.control.index_process import EmbeddedIndex\n"
@@ -232,4 +230,3 @@ def test_embedded_index_service_exits_when_its_control_service_dies(tmp_path, br
         if owner.poll() is None:
             owner.kill()
             owner.wait()
-    assert EmbeddedIndex  # imported in-process too: the module has no import-time side effects

@@ -76,6 +76,11 @@ class HttpLookup:
             for per_key in resp.json()["rows"]
         ]
 
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def register(self, table: TableDef | str, ddl: str, history: bool = True) -> dict:
         """``POST /v1/tables``; the service's description of the table. Raises
         ``IndexUnreachable`` when no answer came, ``IndexRegistrationRefused`` (with the

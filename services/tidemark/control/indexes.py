@@ -87,8 +87,7 @@ class IndexRegistrar:
             for table in tables:
                 self._register(client, name, table)
         finally:
-            if client._client is not None:
-                client._client.close()
+            client.close()
         log.info("pipeline %s: tables %s registered with the index service at %s", name,
                  ", ".join(t.name for t in tables), url)
         return IndexBinding(url, token, tuple(t.name for t in tables), embedded)
