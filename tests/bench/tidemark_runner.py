@@ -1,0 +1,548 @@
+"""Run one benchmark workload through the real Tidemark system and measure it.
+
+The workload's Debezium-JSON files (one record per line, per source table) are produced
+into fresh topics of the broker *before* anything is timed. Then the real CLI runs the
+pipeline in its own process, exactly as a user would: ``tidemark run FILE.sql
+--until-idle``, which reads everything in the source topics, writes it to the sink topic
+and exits. Running the CLI (not ``run_pipeline`` in this process) keeps the measured
+processes apart from the harness: the peak memory is the summed RSS of the CLI's whole
+process tree (the Python driver, the Spark JVM it starts, the Python workers that JVM
+forks), sampled every 100 ms with psutil.
+
+Times come from the job's own status channel (``TIDEMARK_STATUS_FILE``, JSON Lines with
+wall-clock ``ts``): start-up = process spawn -> ``started`` (interpreter, JVM and Spark
+session, topic checks: reported separately, not counted); run = ``started`` -> the last
+batch that read input is committed (its ``batch`` event is written after the sink's write
+and Spark's commit, so the sink holds that batch's output). Throughput = the workload's
+input rows / run.
+
+State size at the end: the bytes on disk under ``CHECKPOINT/state`` (every retained
+version of every state store: what a restart needs) and, from Spark's own progress of the
+last data batch, the size of the current state version (``stateOnCurrentVersionSizeBytes``).
+
+Latency (one workload is enough, as the issue asks) reuses ``bench_e2e.py``'s method and
+code: a warm job, rows produced at a fixed rate, sink visibility - produce time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from confluent_kafka import Producer
+
+from tidemark.engine.catalog import TableDef
+from tidemark.engine.pipeline import Pipeline, compile_sql
+from tidemark.engine.replay import apply_to_table
+from tidemark.formats import decoder_for
+from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.read import read_topic
+from tidemark.kafka.transactional import BATCH_HEADER, read_exactly_once
+
+TIDEMARK = str(Path(sys.executable).parent / "tidemark")
+SOURCE_PARTITIONS = 2  # like Flink's parallelism 2 in the issue's measurements
+_TOPIC = re.compile(r"'topic'\s*=\s*'([^']+)'")
+
+
+class TidemarkRunError(RuntimeError):
+    """The pipeline did not finish (exit status, timeout); the message names the log."""
+
+
+@dataclass
+class TidemarkRun:
+    """One run's figures (all JSON-serialisable) and its final sink table."""
+
+    workload: str
+    variant: str
+    input_rows: int
+    startup_s: float | None  # None in a warm session (its start-up is the session's)
+    run_s: float
+    rows_per_s: float
+    peak_rss_bytes: int
+    state_bytes: int
+    state_current_version_bytes: int
+    batches: int
+    rows_out: int
+    exit_status: int
+    workdir: str
+    #: sink PK -> row (typed as the sink's columns), not part of ``figures()``
+    table: dict[tuple, tuple] = field(default_factory=dict, repr=False)
+    columns: list[str] = field(default_factory=list)
+
+    def figures(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("table")
+        return out
+
+
+# ---------------------------------------------------------------------------- topics
+
+
+def unique_topics(sql: str, tag: str) -> str:
+    """Every ``'topic' = 'x'`` renamed to ``x-<tag>-<random>``: runs share one broker,
+    never a topic."""
+    suffix = f"{tag}-{uuid.uuid4().hex[:8]}"
+    names: dict[str, str] = {}
+
+    def sub(m: re.Match) -> str:
+        names.setdefault(m.group(1), f"{m.group(1)}-{suffix}")
+        return f"'topic' = '{names[m.group(1)]}'"
+
+    return _TOPIC.sub(sub, sql)
+
+
+def topic_of(table: TableDef) -> str:
+    return table.options.get("topic", table.name)
+
+
+def _key_of(table: TableDef, record: Mapping[str, Any]) -> bytes | None:
+    """The Kafka key of a source record: its primary key as JSON, from ``after`` (or
+    ``before`` for a delete) of a Debezium record, or the row itself for plain JSON."""
+    if not table.primary_key:
+        return None
+    row = (record.get("after") or record.get("before")) if "op" in record else record
+    if not isinstance(row, Mapping):
+        raise TidemarkRunError(f"table {table.name}: record without a row to take the key from: {record}")
+    return json.dumps({k: row.get(k) for k in table.primary_key}).encode()
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                yield line
+
+
+def produce_files(bootstrap: str, pipeline: Pipeline, files: Mapping[str, Path | str],
+                  partitions: int = SOURCE_PARTITIONS) -> int:
+    """Produce each source table's file into its topic (created with ``partitions``
+    partitions, a key always in the same one, file order kept per key). Returns the
+    number of records produced."""
+    missing = set(pipeline.sources) - set(files)
+    if missing:
+        raise TidemarkRunError(f"no input file for source table(s) {sorted(missing)}")
+    ensure_topics(bootstrap, {topic_of(pipeline.sources[t]): partitions for t in files})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000,
+                         "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True,
+                         "compression.type": "none", "log_level": 3})
+    n = 0
+    for name, path in files.items():
+        table = pipeline.sources[name]
+        topic = topic_of(table)
+        for line in _lines(Path(path)):
+            key = _key_of(table, json.loads(line))
+            part = (zlib.crc32(key) % partitions) if key is not None else n % partitions
+            while True:
+                try:
+                    producer.produce(topic, line, key, partition=part)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            n += 1
+    if producer.flush(300) != 0:
+        raise TidemarkRunError("producing the workload's records did not finish in 300 s")
+    return n
+
+
+# ---------------------------------------------------------------------------- the sink table
+
+
+def sink_table(bootstrap: str, pipeline: Pipeline, writer_id: str | None) -> dict[tuple, tuple]:
+    """The table the sink topic stands for (sink PK -> row), read to its end."""
+    sink = pipeline.sink
+    topic = topic_of(sink)
+    decoder = decoder_for(sink)
+    pk = sink.pk_indexes
+    table: dict[tuple, tuple] = {}
+
+    def changes(records: Iterable[Any]) -> list:
+        out: list = []
+        for r in records:
+            out.extend(decoder.decode(r.key, r.value, (r.partition, r.offset), r.topic))
+        return out
+
+    if sink.changelog_mode == "upsert":
+        for c in changes(read_topic(bootstrap, topic, timeout_s=300)):
+            key = tuple(c.row[i] for i in pk)
+            if c.kind == "-D":
+                table.pop(key, None)
+            else:
+                table[key] = c.row
+        return table
+    assert writer_id, "a changelog sink is read exactly once by its writer id"
+    by_batch: dict[int, list] = {}
+    for r in read_exactly_once(bootstrap, topic, writer_id):
+        by_batch.setdefault(int(r.header(BATCH_HEADER) or -1), []).append(r)
+    for batch in sorted(by_batch):
+        apply_to_table(table, changes(by_batch[batch]), pk)
+    return table
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+class RssSampler(threading.Thread):
+    """Peak of the summed RSS of a process and all its descendants, sampled periodically
+    (a process that lives shorter than the period can be missed: Spark's workers live for
+    the whole job)."""
+
+    def __init__(self, pid: int, period_s: float = 0.1):
+        super().__init__(name="rss-sampler", daemon=True)
+        self.root = psutil.Process(pid)
+        self.period_s = period_s
+        self.peak = 0
+        self.done = threading.Event()
+
+    def sample(self) -> int:
+        total = 0
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                total += p.memory_info().rss
+        return total
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.peak = max(self.peak, self.sample())
+            self.done.wait(self.period_s)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join(timeout=5)
+        return self.peak
+
+
+def dir_bytes(path: Path) -> int:
+    total = 0
+    if path.exists():
+        for p in path.rglob("*"):
+            with contextlib.suppress(OSError):
+                if p.is_file():
+                    total += p.stat().st_size
+    return total
+
+
+def events(status: Path) -> list[dict[str, Any]]:
+    if not status.exists():
+        return []
+    out = []
+    for line in status.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+def run_workload(
+    *,
+    name: str,
+    variant: str,
+    sql: str,
+    files: Mapping[str, Path | str],
+    input_rows: int,
+    bootstrap: str,
+    workdir: Path,
+    max_records_per_trigger: int | None = None,
+    timeout_s: float = 1800.0,
+    progress: Any = None,
+    session: TidemarkSession | None = None,
+) -> TidemarkRun:
+    """Produce ``files`` into fresh topics, run ``sql`` with ``tidemark run --until-idle``
+    (or in ``session``, warm) and measure it (see the module docstring). ``progress(text)``
+    gets a line per batch."""
+    tag = re.sub(r"[^a-z0-9]+", "-", f"{name}-{variant}".lower()).strip("-")
+    workdir.mkdir(parents=True, exist_ok=True)
+    sql = unique_topics(sql, tag)
+    pipeline = compile_sql(sql)
+    sql_file = workdir / "pipeline.sql"
+    sql_file.write_text(sql, encoding="utf-8")
+    produce_files(bootstrap, pipeline, files)
+
+    checkpoint = workdir / "checkpoint"
+    status = workdir / "status.jsonl"
+    log = workdir / "run.out"
+    job_name = f"bench-{tag}-{uuid.uuid4().hex[:6]}"
+    if session is not None:
+        t_spawn = None
+        reply, peak = session.run({"sql_file": str(sql_file), "bootstrap": bootstrap, "checkpoint": str(checkpoint),
+                                   "name": job_name, "status": str(status),
+                                   "max_records_per_trigger": max_records_per_trigger}, timeout_s)
+        exit_status = int(reply["exit_status"])
+        failure = reply.get("error", "")
+        log = session.workdir / "driver.log"
+    else:
+        t_spawn, peak, exit_status = _run_cli(sql_file, bootstrap, checkpoint, job_name, status, log, workdir,
+                                              max_records_per_trigger, timeout_s, f"{name}/{variant}")
+        failure = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
+    if progress is not None:
+        for e in events(status):
+            if e.get("event") == "batch":
+                progress(f"batch {e['batch_id']}: in {e['rows_in']} out {e['rows_out']} {e['duration_ms'] / 1000:.1f}s")
+    evs = events(status)
+    if exit_status != 0:
+        raise TidemarkRunError(f"{name}/{variant}: the pipeline failed with exit status {exit_status}: {failure} "
+                               f"(log {log}, Spark log {workdir / 'driver.log'})")
+    started = next((e["ts"] for e in evs if e.get("event") == "started"), None)
+    batches = [e for e in evs if e.get("event") == "batch"]
+    data = [e for e in batches if e.get("rows_in") or e.get("rows_out")]
+    if started is None or not data:
+        raise TidemarkRunError(f"{name}/{variant}: no 'started' or data batch in {status}")
+    t_end = max(e["ts"] for e in data)
+    run_s = t_end - started
+    rows_in = sum(e["rows_in"] for e in batches)
+    if rows_in != input_rows:
+        raise TidemarkRunError(f"{name}/{variant}: the job read {rows_in} records, the workload has {input_rows}")
+    run_id = json.loads((checkpoint / "tidemark-run.json").read_text(encoding="utf-8"))["run_id"]
+    writer_id = f"{job_name}.{pipeline.sink.name}.{run_id}"
+    table = sink_table(bootstrap, pipeline, None if pipeline.sink.changelog_mode == "upsert" else writer_id)
+    return TidemarkRun(
+        workload=name, variant=variant, input_rows=input_rows,
+        startup_s=(started - t_spawn) if t_spawn is not None else None, run_s=run_s, rows_per_s=input_rows / run_s if run_s > 0 else float("inf"),
+        peak_rss_bytes=peak, state_bytes=dir_bytes(checkpoint / "state"),
+        state_current_version_bytes=int(data[-1].get("state_size_bytes") or 0),
+        batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status,
+        workdir=str(workdir), table=table, columns=list(pipeline.sink.column_names),
+    )
+
+
+def _run_cli(sql_file: Path, bootstrap: str, checkpoint: Path, job_name: str, status: Path, log: Path, workdir: Path,
+             max_records_per_trigger: int | None, timeout_s: float, what: str) -> tuple[float, int, int]:
+    """``tidemark run --until-idle`` as a subprocess; returns (spawn time, peak RSS of its
+    process tree, exit status)."""
+    cmd = [TIDEMARK, "run", str(sql_file), "--bootstrap-servers", bootstrap, "--checkpoint", str(checkpoint),
+           "--name", job_name, "--until-idle", "--trigger-interval", "100 milliseconds",
+           "--log-file", str(workdir / "driver.log")]
+    if max_records_per_trigger:
+        cmd += ["--max-records-per-trigger", str(max_records_per_trigger)]
+    env = dict(os.environ, TIDEMARK_STATUS_FILE=str(status), PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+    t_spawn = time.time()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+    sampler = RssSampler(proc.pid)
+    sampler.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise TidemarkRunError(f"{what}: not idle after {timeout_s:.0f} s; see {log}")
+            time.sleep(0.2)
+    finally:
+        peak = sampler.stop()
+        _stop(proc)
+    return t_spawn, peak, proc.returncode
+
+
+# ---------------------------------------------------------------------------- a warm session
+
+
+class TidemarkSession:
+    """One Spark session in a child process (``tidemark_runner.py serve``) that runs
+    workloads one after another, each as ``tidemark run --until-idle`` runs it
+    (``PipelineJob``: start until idle, wait, close; status events to a status file).
+
+    Why: on this 2-core machine a fresh ``tidemark run`` spends 20-70 s starting its JVM
+    and Spark session, so a suite of ~20 runs would spend most of its time there. Start-up
+    is excluded from throughput either way; the session's is measured once
+    (``startup_s``). What a warm session does change: the JVM's heap and the Python
+    workers stay from the previous run, so the peak RSS of a run is at least the session's
+    resident size from earlier runs (one session per workload keeps that within a
+    workload)."""
+
+    def __init__(self, workdir: Path):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        t = time.time()
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "serve", "--log-file", str(workdir / "driver.log")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            start_new_session=True, text=True, bufsize=1,
+        )
+        ready = self._reply(timeout_s=600)
+        self.startup_s = ready["ts"] - t
+
+    def _reply(self, timeout_s: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout_s)
+        if not box or not box[0]:
+            self.close()
+            raise TidemarkRunError(f"the Tidemark session did not answer (see {self.workdir / 'driver.log'})")
+        return json.loads(box[0])
+
+    def run(self, cmd: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
+        """Send one run, wait for its reply; returns (reply, peak RSS of the session's
+        process tree during the run)."""
+        assert self.proc.stdin is not None
+        sampler = RssSampler(self.proc.pid)
+        sampler.start()
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+            reply = self._reply(timeout_s)
+        finally:
+            peak = sampler.stop()
+        return reply, peak
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        _stop(self.proc)
+
+    def __enter__(self) -> TidemarkSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(log_file: Path) -> None:
+    """The child side of ``TidemarkSession``: JSON lines in on stdin, one JSON line out on
+    the original stdout per run; the JVM's and Spark's output go to ``log_file``."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    from tidemark.spark.job import PipelineJob
+    from tidemark.spark.progress import StatusFile
+    from tidemark.spark.session import build_session
+
+    spark = build_session(app_name="tidemark-bench", log_level="ERROR")
+    proto.write(json.dumps({"event": "ready", "ts": time.time()}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        status = StatusFile(cmd["status"])
+        try:
+            pipeline = compile_sql(Path(cmd["sql_file"]).read_text(encoding="utf-8"))
+            job = PipelineJob(spark, pipeline, cmd["bootstrap"], cmd["checkpoint"], name=cmd["name"],
+                              max_records_per_trigger=cmd.get("max_records_per_trigger"),
+                              trigger_interval="100 milliseconds", on_batch=status.batch)
+            try:
+                job.ensure_topics()
+                job.start(until_idle=True)
+                status.emit("started")
+                job.wait()
+            finally:
+                job.close()
+            status.emit("idle")
+            reply: dict[str, Any] = {"ok": True, "exit_status": 0}
+        except Exception as err:  # reported to the harness, which fails the run loudly
+            import traceback
+
+            traceback.print_exc()
+            reply = {"ok": False, "exit_status": getattr(err, "exit_status", 1),
+                     "error": f"{type(err).__name__}: {str(err).strip()[:500]}"}
+        proto.write(json.dumps(reply) + "\n")
+
+
+# ---------------------------------------------------------------------------- latency
+
+
+def latency(bootstrap: str, workdir: Path, *, rate: float, seconds: float, backlog: int) -> dict[str, float]:
+    """End-to-end latency of the seed's s1/s2 join (the W2 DEDUPLICATE pipeline's shape)
+    at a fixed input rate, by ``bench_e2e.py``'s method and code: a warm job, s1 inserts at
+    ``rate`` rows/s for ``seconds``, latency = first visibility in the sink - produce
+    time; then a ``backlog`` of inserts drained as fast as the job goes."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import bench_e2e
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    return bench_e2e.one_run(bootstrap, workdir, f"lat-{uuid.uuid4().hex[:6]}", rate, seconds, backlog)
+
+
+def broker_pid(broker: Any) -> int | None:
+    """The embedded Tansu broker's process id (None for a container or an external one)."""
+    proc = getattr(broker, "_proc", None)
+    return proc.pid if proc is not None else None
+
+
+def main() -> None:
+    """Run one workload by hand: ``tidemark_runner.py NAME [--scale S]``."""
+    import argparse
+    import tempfile
+
+    from tidemark.kafka.broker import EmbeddedBroker, configured_bootstrap
+
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        sp = argparse.ArgumentParser()
+        sp.add_argument("serve")
+        sp.add_argument("--log-file", type=Path, required=True)
+        serve(sp.parse_args().log_file)
+        return
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("workload")
+    ap.add_argument("--session", action="store_true", help="run in a warm session (twice: cold, then warm)")
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--variant", default="")
+    ap.add_argument("--max-records-per-trigger", type=int, default=None)
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    import workloads
+
+    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-run-"))
+    w = workloads.generate(args.workload, args.scale, args.seed, work / "input")
+    variant = args.variant or next(iter(w.tidemark_variants))
+    with contextlib.ExitStack() as stack:
+        bootstrap = configured_bootstrap()
+        if bootstrap is None:
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+        session = stack.enter_context(TidemarkSession(work / "session")) if args.session else None
+        for i in range(2 if session else 1):
+            res = run_workload(name=w.name, variant=variant, sql=w.tidemark_variants[variant], files=w.tables,
+                               input_rows=w.input_rows, bootstrap=bootstrap, workdir=work / f"run{i}",
+                               max_records_per_trigger=args.max_records_per_trigger, session=session,
+                               progress=lambda t: print(t, file=sys.stderr, flush=True))
+            print(json.dumps(res.figures()), file=sys.stderr)
+        if session:
+            print(f"session start-up {session.startup_s:.1f} s", file=sys.stderr)
+    print(json.dumps(res.figures(), indent=1))
+    print(f"{len(res.table)} sink rows; equal to the workload's expected table: {res.table == w.expected}",
+          file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
