@@ -51,7 +51,7 @@ from tidemark.engine.changelog import INSERT, Change, zset_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.delta_cache import SideCache, SideRows
-from tidemark.engine.stages.join import Join, _consolidate
+from tidemark.engine.stages.join import CNT, MATCHES, POS, Join, _consolidate
 
 CONSISTENCY = ("eventual", "strong")
 SIDE_NAMES = ("left", "right")
@@ -345,7 +345,7 @@ class DeltaJoin:
         out = self.join.process_key(key, inputs, st, ctx)[1]
         for s in (0, 1):
             if need[s]:
-                after = {r: [e[0], e[1]] for r, e in st[s].items()}
+                after = {r: [e[CNT], e[POS]] for r, e in st[s].items()}
                 if self.cache_enabled:
                     self.caches[s].put(key, after)
                 self.sources[s].replace(key, after)
@@ -424,15 +424,15 @@ class DeltaJoin:
         st: list[dict] = [{}, {}]
         for s in (0, 1):
             for r, (c, p) in (before[s] or {}).items():
-                st[s][r] = [c, p, 0]
+                st[s][r] = [c, p, 0]  # Join's [CNT, POS, MATCHES]
         if not any(self.join.outer):
             return st
         residual = self.residual
         for a, ea in st[0].items():
             for b, eb in st[1].items():
                 if residual is None or residual(a + b):
-                    ea[2] += eb[0]
-                    eb[2] += ea[0]
+                    ea[MATCHES] += eb[CNT]
+                    eb[MATCHES] += ea[CNT]
         return st
 
     # ------------------------------------------------------------------ batched hosting
