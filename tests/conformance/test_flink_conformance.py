@@ -44,6 +44,7 @@ from tidemark.engine.replay import ReplayHost
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import generate  # noqa: E402  (sibling module, not a package)
+import wcsm_replay  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 
@@ -51,11 +52,28 @@ REPO = HERE.parent.parent
 FLINK_PYTHON = Path(os.environ.get("TIDEMARK_FLINK_PYTHON", REPO / ".venv-flink" / "bin" / "python"))
 FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
 FAST_SEEDS = [1, 2]
-FULL_SEEDS = int(os.environ.get("TIDEMARK_CONFORMANCE_SEEDS", "150"))
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``TIDEMARK_CONFORMANCE_SEEDS``: ``N`` means seeds 1..N; a list of seeds and ranges
+    (``55,73,100-105``) selects those, e.g. to re-run the failures of a full run."""
+    text = text.strip()
+    if text.isdigit():
+        return list(range(1, int(text) + 1))
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"TIDEMARK_CONFORMANCE_SEEDS: {part!r} is not a seed or a range a-b")
+        seeds.extend(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+FULL_SEEDS = parse_seeds(os.environ.get("TIDEMARK_CONFORMANCE_SEEDS", "150"))
 
 
 def _workloads() -> list[generate.Workload]:
-    seeds = list(range(1, FULL_SEEDS + 1)) if FULL else FAST_SEEDS
+    seeds = FULL_SEEDS if FULL else FAST_SEEDS
     return generate.seed_examples() + generate.suite(seeds, with_v2=FULL)
 
 
@@ -71,6 +89,8 @@ ALIGNED = {
     "dedup-reinserted-same-row-keeps-old-position",
     "dedup-rejoined-same-row-keeps-old-position",
     "dedup-identical-copies-retract-newest",
+    "nothing-retracted-dropped-copy-keeps-shown-row",
+    "nothing-retracted-shown-copy-equal-copy-active",
 }
 
 
@@ -155,26 +175,24 @@ def _sink_key(w: generate.Workload, row: list) -> list:
     return [row[i] for i in pipeline.sink.pk_indexes]
 
 
-def _shows_row_outside_result(w: generate.Workload, flink: dict) -> int | None:
-    """First batch after which Flink's sink holds a row the query does not produce."""
-    for i, table in enumerate(flink["steps"]):
-        produced = {json.dumps(r) for r in _canon(query_result_rows(w, i + 1).elements())}
-        if any(json.dumps(r) not in produced for r in table):
-            return i + 1
-    return None
+def _nothing_keeps_stale_value(w: generate.Workload, flink: dict) -> tuple[int, str] | None:
+    """Proof by provenance (``wcsm_replay``): Flink's algorithm, replayed on the query's
+    records tagged with where each row comes from, gives Flink's table after every batch, and
+    in some batch keeps a current value that its compaction removed and whose every source has
+    been retracted. Value equality with another source's row does not hide it."""
+    if w.strategy != "NOTHING":
+        return None
+    at, proof = wcsm_replay.prove_stale_current_value(w, flink["steps"], _canon)
+    return (at, proof) if at is not None else None
 
 
-def _nothing_keeps_stale_value(w: generate.Workload, flink: dict) -> int | None:
-    return _shows_row_outside_result(w, flink) if w.strategy == "NOTHING" else None
-
-
-#: name -> (what is wrong, check returning the first batch after which Flink is provably wrong)
-FLINK_DEFECTS: dict[str, tuple[str, Callable[[generate.Workload, dict], int | None]]] = {
+#: name -> (what is wrong, check returning ``(first batch after which Flink is provably
+#: wrong, the proof)`` or None)
+FLINK_DEFECTS: dict[str, tuple[str, Callable[[generate.Workload, dict], tuple[int, str] | None]]] = {
     "wcsm-nothing-stale-current-value": (
         "DO NOTHING: when a watermark step retracts (or updates) the kept row and leaves more "
         "than one candidate row for the key, WatermarkCompactingSinkMaterializer emits nothing "
-        "and keeps the retracted row as its current value: the sink shows a row the query no "
-        "longer produces",
+        "and keeps the retracted row as its current value: the sink shows a retracted row",
         _nothing_keeps_stale_value),
 }
 
@@ -199,38 +217,58 @@ def _diff_message(w: generate.Workload, batch: int, ours: Any, theirs: Any) -> s
     return "\n".join(lines)
 
 
+def first_difference(w: generate.Workload, ours: TidemarkRun, theirs: dict) -> tuple[int, str] | None:
+    """``(batch, message)`` of the first batch after which the two systems differ (tables, or
+    one failing and the other not, or failing at different batches), None when they agree."""
+    if ours.conflict is not None:
+        k = ours.failed_batch
+        for i, (a, b) in enumerate(zip(ours.steps, theirs["steps"])):
+            if a != b:
+                return i + 1, _diff_message(w, i + 1, a, b)
+        if w.strategy != "ERROR":
+            return k, f"{w.name}: ConflictError under DO {w.strategy}: {ours.conflict}"
+        if theirs["ok"] or len(theirs["steps"]) >= k:
+            table = theirs["steps"][k - 1] if len(theirs["steps"]) >= k else theirs["final"]
+            return k, _diff_message(w, k, f"ConflictError at batch {k}: {ours.conflict}", f"no failure; table {table}")
+        if len(theirs["steps"]) != k - 1:
+            return len(theirs["steps"]) + 1, _diff_message(
+                w, len(theirs["steps"]) + 1, f"ConflictError at batch {k}",
+                f"failed after {len(theirs['steps'])} batches: {theirs['error']}")
+        if "Primary key constraint violation" not in (theirs["error"] or ""):
+            return k, f"{w.name}: Flink failed at batch {k} with another error: {theirs['error']}"
+        return None
+    for i, (a, b) in enumerate(zip(ours.steps, theirs["steps"])):
+        if a != b:
+            return i + 1, _diff_message(w, i + 1, a, b)
+    if not theirs["ok"]:
+        k = len(theirs["steps"]) + 1
+        return k, _diff_message(w, k, f"no failure; table {ours.steps[k - 1] if k <= len(ours.steps) else None}",
+                                f"failed: {theirs['error']}")
+    if not (len(theirs["steps"]) == len(ours.steps) == w.n_batches()):
+        return len(ours.steps), f"{w.name}: {len(ours.steps)} Tidemark steps, {len(theirs['steps'])} Flink steps"
+    if theirs["final"] != ours.steps[-1]:
+        return len(ours.steps), _diff_message(w, len(ours.steps), ours.steps[-1], f"final table {theirs['final']}")
+    return None
+
+
 @pytest.mark.parametrize("w", WORKLOADS, ids=[w.name for w in WORKLOADS])
 def test_sink_table_matches_flink(w: generate.Workload, flink: dict[str, dict]) -> None:
+    """The tables must be equal after every batch. A difference is excused only by a named
+    Flink defect whose check proves Flink wrong on this workload *at or before* the first
+    differing batch (so the tables are equal up to where Flink goes wrong)."""
     theirs = flink[w.name]
     assert theirs["phase"] != "plan", f"Flink rejected the workload's SQL: {theirs['error']}\n{w.sql}"
     ours = run_tidemark(w)
-
-    for name, (why, proves) in FLINK_DEFECTS.items():
-        at = proves(w, theirs)
-        if at is not None:
-            # up to the batch where Flink goes wrong, the tables must still agree
-            for i in range(min(at - 1, len(ours.steps), len(theirs["steps"]))):
-                assert ours.steps[i] == theirs["steps"][i], _diff_message(w, i + 1, ours.steps[i], theirs["steps"][i])
-            pytest.xfail(f"excluded: Flink defect '{name}' after batch {at}: {why}")
-
-    if ours.conflict is not None:
-        assert w.strategy == "ERROR", ours.conflict
-        k = ours.failed_batch
-        assert theirs["steps"] == ours.steps, _diff_message(w, len(ours.steps), ours.steps, theirs["steps"])
-        assert not theirs["ok"], _diff_message(
-            w, k, f"ConflictError at batch {k}: {ours.conflict}", f"no failure; table {theirs['final']}")
-        assert "Primary key constraint violation" in (theirs["error"] or ""), theirs["error"]
-        assert len(theirs["steps"]) == k - 1, _diff_message(
-            w, k, f"ConflictError at batch {k}", f"failed after {len(theirs['steps'])} batches: {theirs['error']}")
+    diff = first_difference(w, ours, theirs)
+    if diff is None:
         return
-
-    assert theirs["ok"], _diff_message(
-        w, len(theirs["steps"]) + 1, f"no failure; table {ours.steps[len(theirs['steps'])]}",
-        f"failed: {theirs['error']}")
-    assert len(theirs["steps"]) == len(ours.steps) == w.n_batches()
-    for i, (a, b) in enumerate(zip(ours.steps, theirs["steps"])):
-        assert a == b, _diff_message(w, i + 1, a, b)
-    assert theirs["final"] == ours.steps[-1]
+    batch, message = diff
+    for name, (why, proves) in FLINK_DEFECTS.items():
+        proven = proves(w, theirs)
+        if proven is not None and proven[0] <= batch:
+            pytest.xfail(f"excluded: Flink defect '{name}' after batch {proven[0]}: {why}. "
+                         f"Proof: {proven[1]}")
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.mark.parametrize("w", WORKLOADS, ids=[w.name for w in WORKLOADS])
@@ -258,7 +296,8 @@ def test_flink_defect_reproduction(name: str, flink: dict[str, dict]) -> None:
     assert flink[name]["steps"] == w.expect["flink"]
     assert run_tidemark(w).steps == w.expect["truth"]
     why, proves = FLINK_DEFECTS[name]
-    assert proves(w, flink[name]) == len(w.expect["flink"]), why
+    proven = proves(w, flink[name])
+    assert proven is not None and proven[0] == len(w.expect["flink"]), why
 
 
 @pytest.mark.parametrize("name", sorted(OPEN_DIFFERENCES))

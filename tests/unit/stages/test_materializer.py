@@ -115,6 +115,70 @@ def test_nothing_current_retracted_while_two_rows_remain_never_shows_retracted_r
     assert h.metrics["conflicts_dropped"] == 1
 
 
+A0_1 = c("+I", 1, 10, "a1", pos=1)  # the shown row
+A0_2 = c("+I", 1, 10, "a1", pos=2)  # an identical copy from another source row: dropped
+
+
+def _shown_row_with_a_dropped_copy() -> Harness:
+    h = Harness(t1("NOTHING"))
+    assert kinds(h.run([A0_1])) == [("+I", (1, 10, "a1"))]
+    assert h.run([A0_2]) == []  # two copies: NOTHING keeps the shown one
+    assert h.state[(1,)][3] == 1  # ... and counts the dropped identical copy
+    return h
+
+
+def test_nothing_retraction_may_mean_a_dropped_identical_copy_keeps_the_shown_row():
+    """Flink 2.3 keeps the shown row here; with a dropped identical copy that is right as far as
+    the sink can know (docs/conformance.md, nothing-retracted-*-copy-*)."""
+    h = _shown_row_with_a_dropped_copy()
+    out = h.run([c("-D", 1, 10, "a1", pos=3), c("+I", 1, 30, "c1", pos=4), c("+I", 1, 40, "d1", pos=5)])
+    assert out == []
+    assert h.state[(1,)][0] == (1, 10, "a1") and h.state[(1,)][3] == 0
+    assert h.metrics["conflicts_dropped"] == 1 + 2
+
+
+def test_nothing_dropped_copies_are_used_up_by_retractions():
+    """Two retractions of the row and only one dropped copy: no copy is left, so the first
+    surviving row is shown (Flink would keep showing the retracted row)."""
+    h = _shown_row_with_a_dropped_copy()
+    out = h.run([c("-D", 1, 10, "a1", pos=3), c("-D", 1, 10, "a1", pos=4),
+                 c("+I", 1, 30, "c1", pos=5), c("+I", 1, 40, "d1", pos=6)])
+    assert out == [c("-U", 1, 10, "a1", pos=6), c("+U", 1, 30, "c1", pos=6)]
+    assert h.state[(1,)][3] == 0
+
+
+def test_nothing_dropped_copy_is_no_candidate_when_nothing_else_remains():
+    """As in Flink: the shown row retracted and no other row in the step -> the key is
+    deleted, even though a dropped identical copy may still be active upstream."""
+    h = _shown_row_with_a_dropped_copy()
+    assert h.run([c("-D", 1, 10, "a1", pos=3)]) == [c("-D", 1, 10, "a1", pos=3)]
+    assert h.state == {}
+
+
+def test_nothing_identical_adds_in_one_batch_count_as_dropped_copies():
+    h = Harness(t1("NOTHING"))
+    h.run([c("+I", 1, 10, "a1", pos=1), c("+I", 1, 10, "a1", pos=2), c("+I", 1, 20, "b1", pos=3)])
+    assert h.state[(1,)][0] == (1, 10, "a1") and h.state[(1,)][3] == 1
+
+
+def test_nothing_with_upsert_key_never_counts_dropped_copies():
+    """With an upsert key a retraction names its row: no ambiguity, so the retracted current
+    row is replaced by the first surviving row (Flink would keep showing it)."""
+    h = Harness(t1("NOTHING", upsert_key=(1,)))
+    h.run([c("+I", 1, 10, "a1", pos=1)])
+    h.run([c("+I", 1, 20, "a1", pos=2)])
+    assert h.state[(1,)][3] == 0
+    out = h.run([c("-D", 1, 10, "a1", pos=3), c("+I", 1, 30, "c1", pos=4), c("+I", 1, 40, "d1", pos=5)])
+    assert out == [c("-U", 1, 10, "a1", pos=5), c("+U", 1, 30, "c1", pos=5)]
+
+
+def test_nothing_state_from_before_the_dropped_count_still_loads():
+    h = Harness(t1("NOTHING"))
+    h.state[(1,)] = ((1, 10, "a1"), (1,), 0)  # the 3-tuple written by older versions
+    out = h.run([c("-D", 1, 10, "a1", pos=3), c("+I", 1, 30, "c1", pos=4), c("+I", 1, 40, "d1", pos=5)])
+    assert out == [c("-U", 1, 10, "a1", pos=5), c("+U", 1, 30, "c1", pos=5)]
+
+
 def test_error_raises_naming_table_and_pk():
     h = Harness(t1("ERROR"))
     h.run([I_A1])

@@ -40,8 +40,8 @@ Strategies
   row to its (new, later) position; Flink replaces it in place in its list, so retracting
   that row later can leave Flink's sink showing a retracted row.
 - NOTHING and ERROR follow Flink 2.3's ``WatermarkCompactingSinkMaterializer`` with one
-  batch as one compaction step. State = the current sink row only (its identity is derived
-  from it), not a history. Per batch: first cancel exact ``+X``/``-X`` pairs wherever they
+  batch as one compaction step. State = the current sink row (its identity is derived
+  from it) and a count, not a history: ``(row, pos, touched_ms, dropped)``. Per batch: first cancel exact ``+X``/``-X`` pairs wherever they
   sit in the batch (Flink cancels them in its step buffer whichever came first; with several
   adds of one row the earliest cancel), then start from ``[current]`` and apply the rest in
   position order (an add for an identity already listed replaces it in place,
@@ -64,6 +64,14 @@ Strategies
   current row is retracted or replaced *and* other rows remain, Flink keeps showing the old
   current row; Tidemark shows the first surviving row, so the sink and the state never hold
   a retracted row.
+  Except when the retraction is ambiguous (no upsert key): the state also counts the
+  identical copies of the current row that were dropped (``dropped``, one int). A retraction
+  of ``X`` cannot say whether it means the shown copy or a dropped one, so while the copies
+  of ``X`` still count at least one (``dropped >= retractions of X``) the current row is
+  still an active row and, where Flink keeps it (more than one row left), Tidemark keeps it
+  too: Flink's result is right there as far as the sink can know
+  (docs/conformance.md, ``wcsm-nothing-stale-current-value``). Where Flink deletes the key
+  or shows the only row left, Tidemark does the same (dropped copies are not candidates).
 - TTL (``ttl_ms``): a PK's state not written for longer than ``ttl_ms`` (by ``ctx.now_ms``)
   is dropped when next touched and counted in ``state_expired``; like Flink, what the sink
   shows is then unknown, so a following add is emitted as ``+I``.
@@ -274,10 +282,14 @@ class SinkMaterializer:
         """NOTHING / ERROR: one compaction step of Flink's watermark-compacting materializer."""
         replace = self.upsert_key is not None
         old = state[0] if state is not None else None
+        # identical copies of ``old`` dropped earlier (no upsert key only; 3-tuples predate it)
+        dropped = state[3] if state is not None and len(state) > 3 else 0
+        old_ident = self.identity(old) if old is not None else None
+        old_retracted = 0  # retractions of the current row's identity left after cancelling
         # identity -> [row, count, pos]; dicts keep insertion order = Flink's list order
         rows: dict[tuple, list] = {}
         if old is not None:
-            rows[self.identity(old)] = [old, 1, state[1]]
+            rows[old_ident] = [old, 1, state[1]]
         for op_pos, is_add, row in ops:
             ident = self.identity(row)
             entry = rows.get(ident)
@@ -288,7 +300,10 @@ class SinkMaterializer:
                     entry[0], entry[2] = row, op_pos
                 else:
                     entry[1] += 1
-            elif entry is None:
+                continue
+            if ident == old_ident:
+                old_retracted += 1
+            if entry is None:
                 ctx.metrics["retractions_without_state"] += 1
             elif replace or entry[1] == 1:
                 del rows[ident]
@@ -307,7 +322,17 @@ class SinkMaterializer:
                     f"active rows {active[0]!r} and {active[1]!r}",
                 )
             ctx.metrics["conflicts_dropped"] += total - 1
-        return (first[0], first[2], ctx.now_ms), diff_to_changes(old, first[0], pos)
+            if old is not None and old_ident not in rows and 0 < old_retracted <= dropped:
+                # every retraction of the shown row may have meant a dropped copy: it is
+                # still active as far as the sink can know, and Flink keeps it
+                ctx.metrics["conflicts_dropped"] += 1
+                return (old, state[1], ctx.now_ms, dropped - old_retracted), []
+        if first[0] == old and first[2] == state[1]:
+            keep = dropped  # the current row stays: its dropped copies still count
+        else:
+            keep = 0
+        new_state = (first[0], first[2], ctx.now_ms, keep + (first[1] - 1 if not replace else 0))
+        return new_state, diff_to_changes(old, first[0], pos)
 
 
 def in_position_order(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
