@@ -203,3 +203,20 @@ def test_strong_process_batch_one_request_per_side_and_regular_changes(seed: int
         assert ctx.metrics["delta_join.right.lookup_keys"] == wanted[1]
         skipped_inner_side += join_type == "inner" and sum(wanted) < 2 * len(touched)
     assert join_type != "inner" or skipped_inner_side > 0  # the workload exercises the skip
+
+
+def test_strong_inner_shows_a_row_put_back_as_a_refresh_like_the_regular_join() -> None:
+    """Harness style: a left row updated away and back within one batch nets to nothing,
+    but Flink's record-by-record join retracts and re-emits its joined row, which then sits
+    at the later position. The strong delta join emits exactly that."""
+    sides = tuple(DeltaSide(t, "by_k", ("k",), (0,)) for t in ("a", "b"))
+    stage = DeltaJoin("inner", (1,), (1,), 3, 3, sides=sides, consistency="strong", cache_enabled=False)
+    a, a2, b = (1, 7, 1), (1, 8, 1), (1000, 7, 2)
+    first = stage.process_batch([[Change("+I", a, (1,))], [Change("+I", b, (2,))]], BatchContext(batch_id=0))
+    assert first == [Change("+I", a + b, (2,))]
+    away_and_back = [Change("-U", a, (3,)), Change("+U", a2, (3,)), Change("-U", a2, (4,)), Change("+U", a, (4,))]
+    second = stage.process_batch([away_and_back, []], BatchContext(batch_id=1))
+    assert sorted(second) == sorted([Change("-U", a + b, (3,)), Change("+U", a + b, (4,))])
+    # the row is still there after the refresh: a later right row joins it
+    third = stage.process_batch([[], [Change("+I", (1001, 7, 3), (5,))]], BatchContext(batch_id=2))
+    assert third == [Change("+I", a + (1001, 7, 3), (5,))]
