@@ -366,7 +366,7 @@ class DeltaJoin:
         for s in (0, 1):
             cache = self.caches[s]
             if need[s]:
-                rows, includes_batch, _ = self._rows(s, key, ctx)
+                rows, includes_batch = self._rows(s, key, ctx)
                 if includes_batch:  # looked up after the batch: only fix positions
                     after[s] = {r: [c, p] for r, (c, p) in rows.items()}
                     for r, (w, p) in cons[s].items():
@@ -382,23 +382,23 @@ class DeltaJoin:
             self.sources[s].advance(key, cons[s])
         return self._inner(cons, after)
 
-    def _rows(self, s: int, key: tuple, ctx: BatchContext) -> tuple[SideRows, bool, bool]:
-        """Side ``s``'s rows for ``key``: (rows, already include this batch, from cache)."""
+    def _rows(self, s: int, key: tuple, ctx: BatchContext) -> tuple[SideRows, bool]:
+        """Side ``s``'s rows for ``key``: (rows, whether they already include this batch)."""
         pre = self._batch_rows[s].pop(key, None)
         if pre is not None:
-            return pre[0], pre[1], False
+            return pre
         side = SIDE_NAMES[s]
         if self.cache_enabled:
             hit = self.caches[s].get(key)
             if hit is not None:
                 ctx.metrics[f"delta_join.{side}.cache_hits"] += 1
-                return hit, False, True
+                return hit, False
             ctx.metrics[f"delta_join.{side}.cache_misses"] += 1
         fence = self._fence(s)
         ctx.metrics[f"delta_join.{side}.lookup_requests"] += 1
         ctx.metrics[f"delta_join.{side}.lookup_keys"] += 1
         rows = self.sources[s].fetch([key], fence)[key]
-        return rows, fence == "end", False
+        return rows, fence == "end"
 
     def _inner(self, cons: list[dict], after: list) -> list[Change]:
         """Eventual: ``dA |x| B_after + A_after |x| dB`` (``dA |x| dB`` twice: the seed's
