@@ -1,0 +1,482 @@
+"""Tidemark vs Flink 2.3 on the same workloads, in one run (issue 7).
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/suite.py \\
+        [--scale 0.2] [--repeats 3] [--only W1,W3] \\
+        [--out docs/benchmarks.md] [--json tests/bench/results.json]
+
+For each workload (``workloads.py``, generated once per run from a fixed seed) every Flink
+variant (``flink_runner.py``, its own venv, files in) and every Tidemark variant
+(``tidemark_runner.py``: the real ``tidemark run`` through the embedded broker) runs on the
+same input, ``--repeats`` times, alternating which system goes first. Each figure is the
+median over the repeats; each ratio is computed per repeat (both systems measured minutes
+apart under the same load) and then its median is taken, since this machine is shared and
+noisy. Every run's final sink table is compared (``compare.py``) with Flink's of the same
+repeat and with the table the generator computed from the data: any difference is printed
+and the suite exits 1 without touching ``--out``.
+
+Writes ``--json`` (every run, medians, ratios, targets, machine facts, load) and regenerates
+the section of ``--out`` between ``<!-- suite:begin -->`` and ``<!-- suite:end -->``
+(appended if missing); the rest of the file is left as it is. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+import compare  # noqa: E402
+import flink_runner  # noqa: E402
+import tidemark_runner  # noqa: E402
+import workloads  # noqa: E402
+from flink_session import FlinkSession  # noqa: E402
+
+BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
+T0 = time.monotonic()
+
+
+def say(text: str) -> None:
+    load = os.getloadavg()[0]
+    el = time.monotonic() - T0
+    print(f"[{int(el // 60):02d}:{int(el % 60):02d} load {load:4.1f}] {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- one run of each system
+
+
+def run_tidemark(wl: Any, variant: str, bootstrap: str, workdir: Path, args: argparse.Namespace,
+                 session: tidemark_runner.TidemarkSession) -> dict[str, Any]:
+    res = tidemark_runner.run_workload(
+        name=wl.name, variant=variant, sql=wl.tidemark_variants[variant], files=wl.tables,
+        input_rows=wl.input_rows, bootstrap=bootstrap, workdir=workdir, session=session,
+        max_records_per_trigger=args.max_records_per_trigger, progress=lambda t: say(f"    {t}"),
+    )
+    out = res.figures()
+    out["startup_s"] = session.startup_s
+    out["table"] = res.table
+    return out
+
+
+def run_flink(wl: Any, variant: str, workdir: Path, session: FlinkSession) -> dict[str, Any]:
+    res = session.run(flink_runner.job_spec(wl, variant, workdir, timeout_s=1800))
+    if not res.get("ok"):
+        raise SystemExit(f"!!! Flink failed on {wl.name}/{variant}: {res.get('error')}")
+    table = res.pop("rows")
+    for k in ("plan", "config"):
+        res.pop(k, None)
+    # all processes of the run, as for Tidemark (whose driver is a Python process too)
+    res.update(rows_per_s=res["throughput_rows_s"], run_s=res["seconds"], startup_s=session.startup_s,
+               peak_rss_bytes=res.get("peak_rss_with_driver_bytes") or res.get("peak_rss_bytes"),
+               peak_rss_jvm_bytes=res.get("peak_rss_bytes"), table=table)
+    return res
+
+
+# ---------------------------------------------------------------------------- the suite
+
+
+def machine_facts() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = 0
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    java = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60).stderr.splitlines()[0]
+    import pyspark
+
+    return {"cpus": os.cpu_count(), "cpu_model": model, "mem_bytes": mem, "python": platform.python_version(),
+            "java": java, "pyspark": pyspark.__version__, "kernel": platform.release()}
+
+
+def median(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def key(system: str, variant: str) -> str:
+    return f"{system}:{variant}"
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Medians per system variant."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in sorted({key(r["system"], r["variant"]) for r in runs}):
+        rs = [r for r in runs if key(r["system"], r["variant"]) == k]
+        out[k] = {f: median([r.get(f) for r in rs]) for f in
+                  ("rows_per_s", "run_s", "startup_s", "peak_rss_bytes", "state_bytes")}
+        out[k]["runs"] = len(rs)
+        out[k]["rows_per_s_runs"] = [round(r["rows_per_s"], 1) for r in rs]
+    return out
+
+
+def ratio_pairs(wl: Any) -> list[tuple[str, str]]:
+    """(numerator, denominator): every Tidemark variant against every Flink variant, and
+    Tidemark variants against each other (W4: delta / regular)."""
+    tv = [key("tidemark", v) for v in wl.tidemark_variants]
+    fv = [key("flink", v) for v in wl.flink_variants]
+    pairs = [(t, f) for t in tv for f in fv]
+    pairs += [(a, b) for i, a in enumerate(tv) for b in tv[i + 1:]]
+    return pairs
+
+
+def ratios(wl: Any, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per pair: the median over repeats of the per-repeat ratio (same repeat = same load)."""
+    out: dict[str, dict[str, Any]] = {}
+    for num, den in ratio_pairs(wl):
+        per: dict[str, list[float]] = {"rows_per_s": [], "peak_rss_bytes": [], "state_bytes": []}
+        for rep in sorted({r["repeat"] for r in runs}):
+            a = next((r for r in runs if r["repeat"] == rep and key(r["system"], r["variant"]) == num), None)
+            b = next((r for r in runs if r["repeat"] == rep and key(r["system"], r["variant"]) == den), None)
+            if a is None or b is None:
+                continue
+            for f in per:
+                if a.get(f) is not None and b.get(f):
+                    per[f].append(a[f] / b[f])
+        out[f"{num} / {den}"] = {f: median(v) for f, v in per.items()}
+    return out
+
+
+TARGETS: list[tuple[str, str, str, str, float]] = [
+    # (workload, pair, figure, op, bound)
+    ("W1", "tidemark:default / flink:default", "rows_per_s", ">=", 1.0),
+    ("W2-DEDUPLICATE", "tidemark:default / flink:default", "rows_per_s", ">=", 1.0),
+    ("W2-NOTHING", "tidemark:default / flink:default", "rows_per_s", ">=", 1.0),
+    ("W2-ERROR", "tidemark:default / flink:default", "rows_per_s", ">=", 1.0),
+    ("W3", "tidemark:default / flink:ADAPTIVE", "rows_per_s", ">=", 1.0),
+    ("W3", "tidemark:default / flink:LEGACY", "rows_per_s", ">=", 10.0),
+    ("W2-NOTHING", "tidemark:default / flink:default", "state_bytes", "<=", 0.1),
+    ("W2-ERROR", "tidemark:default / flink:default", "state_bytes", "<=", 0.1),
+    ("W4", "tidemark:delta / tidemark:regular", "state_bytes", "<=", 0.01),
+]
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for wname, pair, fig, op, bound in TARGETS:
+        w = results["workloads"].get(wname)
+        value = (w or {}).get("ratios", {}).get(pair, {}).get(fig)
+        met = None if value is None else (value >= bound if op == ">=" else value <= bound)
+        out.append({"workload": wname, "ratio": pair, "figure": fig, "target": f"{op} {bound:g}",
+                    "value": value, "met": met})
+    return out
+
+
+def tables_equal(a: Any, b: Any, key: list[int]) -> list[str]:
+    """Differences between two final tables, as compare.py reports them (empty: equal)."""
+    return list(compare.compare_tables(a, b, key))
+
+
+class Sessions:
+    """The warm Flink mini-cluster and Spark session the runs use: one pair per workload
+    (``--sessions workload``: a run's peak RSS is not inflated by another workload's heap)
+    or one for the whole suite (``--sessions suite``: the quick smoke run)."""
+
+    def __init__(self, work: Path, per: str, bootstrap: str, warmup: bool):
+        self.work, self.per, self.bootstrap, self.warmup = work, per, bootstrap, warmup
+        self.pair: tuple[FlinkSession, tidemark_runner.TidemarkSession] | None = None
+        self.warmups = 0
+
+    def for_workload(self, wname: str) -> tuple[FlinkSession, tidemark_runner.TidemarkSession]:
+        if self.pair is None or self.per == "workload":
+            self.close()
+            say(f"{wname}: starting a Flink mini-cluster and a Spark session (start-up is not in throughput)")
+            fs = FlinkSession(self.work / f"flink-session-{wname}")
+            try:
+                ts = tidemark_runner.TidemarkSession(self.work / f"tidemark-session-{wname}")
+            except BaseException:
+                fs.close()
+                raise
+            self.pair = (fs, ts)
+            say(f"start-up: Flink {fs.startup_s:.1f} s, Tidemark {ts.startup_s:.1f} s")
+            if self.warmup:
+                self._warm_up(fs, ts)
+        return self.pair
+
+    def _warm_up(self, fs: FlinkSession, ts: tidemark_runner.TidemarkSession) -> None:
+        """One tiny unmeasured job on each system, so that no measured run pays the first
+        job's one-off costs (class loading, JIT, Python workers, code generation): a
+        long-running streaming job has paid them long ago, like its JVM start-up."""
+        self.warmups += 1
+        d = self.work / f"warmup-{self.warmups}"
+        wl = workloads.generate("W2-DEDUPLICATE", 0.005, 99, d / "input")
+        t = time.monotonic()
+        run_flink(wl, "default", d / "flink", fs)
+        tidemark_runner.run_workload(name="warmup", variant="default", sql=wl.tidemark_sql, files=wl.tables,
+                                     input_rows=wl.input_rows, bootstrap=self.bootstrap, workdir=d / "tidemark",
+                                     session=ts)
+        say(f"warm-up job on each system ({wl.input_rows} records): {time.monotonic() - t:.1f} s, not measured")
+        shutil.rmtree(d, ignore_errors=True)
+
+    def close(self) -> None:
+        if self.pair is not None:
+            for sess in self.pair:
+                sess.close()
+            self.pair = None
+
+
+def run_workload(wl: Any, args: argparse.Namespace, bootstrap: str, work: Path, sessions: Sessions,
+                 results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every variant of both systems, ``args.repeats`` times, alternating which goes first;
+    each final table checked against the generator's and Flink's of the same repeat."""
+    wname = wl.name
+    pk = compare.key_positions(wl.sink_columns, wl.sink_pk)
+    systems = [("flink", v) for v in wl.flink_variants] + [("tidemark", v) for v in wl.tidemark_variants]
+    fs, ts = sessions.for_workload(wname)
+    results["flink_version"] = fs.flink_version
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.repeats):
+        order = systems if rep % 2 == 0 else systems[::-1]
+        tables: dict[str, Any] = {}
+        for system, variant in order:
+            d = work / wname / f"r{rep}-{system}-{variant}"
+            say(f"{wname} repeat {rep + 1}/{args.repeats}: {system} {variant} ...")
+            load = os.getloadavg()[0]
+            t = time.monotonic()
+            if system == "flink":
+                res = run_flink(wl, variant, d, fs)
+            else:
+                res = run_tidemark(wl, variant, bootstrap, d, args, ts)
+            table = res.pop("table")
+            res.update(system=system, variant=variant, repeat=rep, load1_before=load,
+                       load1_after=os.getloadavg()[0], wall_s=round(time.monotonic() - t, 1))
+            diffs = tables_equal(wl.expected, table, pk)
+            res["table_rows"] = len(table)
+            res["equal_to_expected"] = not diffs
+            if diffs:
+                results["differences"].append({"workload": wname, "repeat": rep, "a": "expected",
+                                               "b": key(system, variant), "first": diffs[:10]})
+            tables[key(system, variant)] = table
+            runs.append(res)
+            say(f"{wname} repeat {rep + 1}: {system} {variant}: {res['rows_per_s']:,.0f} rows/s, "
+                f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MB, state {(res['state_bytes'] or 0) / 1024:,.1f} KB, "
+                f"{len(table):,} rows" + ("" if not diffs else f"  !!! DIFFERS FROM EXPECTED: {diffs[:3]}"))
+        ref = key("flink", next(iter(wl.flink_variants)))
+        for k, table in tables.items():
+            if k == ref:
+                continue
+            diffs = tables_equal(tables[ref], table, pk)
+            if diffs:
+                results["differences"].append({"workload": wname, "repeat": rep, "a": ref, "b": k, "first": diffs[:10]})
+                say(f"!!! {wname} repeat {rep + 1}: {k} differs from {ref}: {diffs[:3]}")
+    return runs
+
+
+def run_suite(args: argparse.Namespace, bootstrap: str, work: Path) -> dict[str, Any]:
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(workloads.NAMES)
+    unknown = [n for n in names if n not in workloads.NAMES]
+    if unknown:
+        raise SystemExit(f"--only: unknown workload(s) {unknown}; expected some of {', '.join(workloads.NAMES)}")
+    results: dict[str, Any] = {
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "scale": args.scale, "repeats": args.repeats, "seed": args.seed, "sessions": args.sessions,
+        "warmup": not args.no_warmup,
+        "machine": machine_facts(), "load_start": list(os.getloadavg()), "workloads": {}, "differences": [],
+    }
+    sessions = Sessions(work, args.sessions, bootstrap, warmup=not args.no_warmup)
+    try:
+        for wname in names:
+            wl = workloads.generate(wname, args.scale, args.seed, work / wname / "input")
+            say(f"{wname}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
+            runs = run_workload(wl, args, bootstrap, work, sessions, results)
+            results["workloads"][wname] = {
+                "input_rows": wl.input_rows, "final_rows": len(wl.expected), "params": wl.params,
+                "runs": runs, "medians": summarize(runs), "ratios": ratios(wl, runs),
+            }
+            if not args.keep:
+                shutil.rmtree(work / wname, ignore_errors=True)
+    finally:
+        sessions.close()
+    if args.latency_seconds > 0:
+        say(f"latency: s1/s2 join (W2 DEDUPLICATE shape), {args.latency_rate:g} rows/s for {args.latency_seconds:g} s ...")
+        lat = tidemark_runner.latency(bootstrap, work / "latency", rate=args.latency_rate,
+                                      seconds=args.latency_seconds, backlog=args.latency_backlog)
+        results["latency"] = lat
+        say(f"latency: p50 {lat['p50_s']:.2f} s, p99 {lat['p99_s']:.2f} s")
+    results["load_end"] = list(os.getloadavg())
+    results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    results["elapsed_s"] = round(time.monotonic() - T0, 1)
+    results["targets"] = targets(results)
+    results["ok"] = not results["differences"]
+    return results
+
+
+# ---------------------------------------------------------------------------- the docs section
+
+
+def _num(v: float | None, fmt: str = ",.0f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else (f"{v:.3g}x" if v >= 0.01 else f"{v:.2e}x")
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    loads = [r.get("load1_before") for w in results["workloads"].values() for r in w["runs"]]
+    loads = [x for x in loads if x is not None]
+    lines = [
+        BEGIN,
+        "## Tidemark vs Flink 2.3 (benchmark suite)",
+        "",
+        "Generated by `tests/bench/suite.py` (do not edit this section by hand; `make bench` rewrites it).",
+        f"Command: `{results['command']}`; scale {results['scale']:g}, {results['repeats']} repeat(s), "
+        f"seed {results['seed']}; {results['started_at']} to {results['finished_at']} "
+        f"({results['elapsed_s'] / 60:.1f} min). Machine-readable: `tests/bench/results.json`.",
+        "",
+        f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['mem_bytes'] / 2**30:.1f} GiB RAM, shared with other "
+        f"work; Python {m['python']}, {m['java']}, PySpark {m['pyspark']}, Flink {results.get('flink_version', '2.3')}. "
+        f"Load average (1 min) {results['load_start'][0]:.1f} at the start, {results['load_end'][0]:.1f} at the end, "
+        f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} before the runs.",
+        "",
+        "How it is measured. Each workload is generated once (seeded) and both systems read the same "
+        "records: Flink 2.3 from the files (filesystem connector, parallelism 2, RocksDB, `flink_runner.py`), "
+        "Tidemark from Kafka topics of the embedded broker, produced before timing (2 partitions per table), "
+        "run as `tidemark run --until-idle` runs it (`PipelineJob` on `local[*]`, RocksDB state store, no "
+        "per-batch cap). " + ("One warm Flink mini-cluster and one warm Spark session per workload" if results.get("sessions") != "suite"
+        else "One warm Flink mini-cluster and one warm Spark session for the whole suite") +
+        (", each first given an unmeasured warm-up job; " if results.get("warmup") else "; ") +
+        "the systems alternate (Flink first in odd repeats, Tidemark first in even ones). "
+        "Throughput = input records / (job start -> the sink holding the last output); start-up (JVM, "
+        "cluster or Spark session) is excluded and shown apart. Peak RSS = the largest summed RSS of all "
+        "processes of the system during the run (Flink: its Python client and JVM; Tidemark: the Python "
+        "driver, the Spark JVM and its Python workers; the broker is shared and not counted), sampled every "
+        "100 ms. State = bytes at the end: Flink's final full RocksDB checkpoint, Tidemark's state store "
+        "files on disk under the checkpoint directory. Figures are medians over the repeats; ratios are "
+        "computed per repeat (same load), then the median is taken. Every run's final sink table was "
+        "compared (`compare.py`) with Flink's of the same repeat and with the table the generator "
+        "derived from the data: all equal, or this section would not have been written.",
+        "",
+    ]
+    for wname, w in results["workloads"].items():
+        lines += [f"### {wname}", "", f"{w['input_rows']:,} input records, final table {w['final_rows']:,} rows "
+                  f"({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v}' for k, v in w['params'].items())}).", "",
+                  "| system | variant | throughput rows/s (runs) | start-up s | peak RSS MB | state KB |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for k, s in w["medians"].items():
+            system, variant = k.split(":", 1)
+            runs = ", ".join(f"{x:,.0f}" for x in s["rows_per_s_runs"])
+            lines.append(f"| {system} | {variant} | {_num(s['rows_per_s'])} ({runs}) | {_num(s['startup_s'], '.1f')} | "
+                         f"{_num(s['peak_rss_bytes'] and s['peak_rss_bytes'] / 2**20)} | "
+                         f"{_num(s['state_bytes'] and s['state_bytes'] / 1024, ',.1f')} |")
+        lines += ["", "| ratio | throughput | peak RSS | state |", "|---|---:|---:|---:|"]
+        for pair, r in w["ratios"].items():
+            lines.append(f"| {pair} | {_ratio(r['rows_per_s'])} | {_ratio(r['peak_rss_bytes'])} | {_ratio(r['state_bytes'])} |")
+        lines.append("")
+    if "latency" in results:
+        lat = results["latency"]
+        lines += ["### Tidemark end-to-end latency", "",
+                  f"The s1/s2 join of W2 (`ON CONFLICT DO DEDUPLICATE`) by `bench_e2e.py`'s method: a warm job, "
+                  f"{lat['rate_rows']:,} s1 inserts at {lat['achieved_rate']:.0f} rows/s, latency = first visibility "
+                  f"in the sink topic (read_committed) - produce time: **p50 {lat['p50_s']:.2f} s, p99 "
+                  f"{lat['p99_s']:.2f} s** (max {lat['max_s']:.2f} s); then a backlog of {lat['backlog']:,} rows "
+                  f"drained at {lat['rows_per_s']:,.0f} rows/s in {lat['backlog_batches']} batch(es).", ""]
+    lines += ["### The issue's targets", "", "| workload | ratio | figure | target | measured | met |",
+              "|---|---|---|---|---:|---|"]
+    for t in results["targets"]:
+        met = "n/a (not run)" if t["met"] is None else ("met" if t["met"] else "**not met**")
+        lines.append(f"| {t['workload']} | {t['ratio']} | {t['figure']} | {t['target']} | {_ratio(t['value'])} | {met} |")
+    lines += ["", END]
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(path: Path, section: str) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        text = head + section + ("\n" + tail if tail else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _json_default(o: Any) -> Any:
+    return str(o)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=0.2, help="workload size multiplier (workloads.py; 1.0 = ~50k records each)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (default: all)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="markdown file whose suite section is regenerated")
+    ap.add_argument("--json", type=Path, default=None, help="machine-readable results")
+    ap.add_argument("--max-records-per-trigger", type=int, default=None,
+                    help="Tidemark: cap per micro-batch (default: none, like Flink's unthrottled source)")
+    ap.add_argument("--latency-seconds", type=float, default=20.0, help="Tidemark latency phase length; 0 skips it")
+    ap.add_argument("--latency-rate", type=float, default=100.0)
+    ap.add_argument("--latency-backlog", type=int, default=2_000)
+    ap.add_argument("--sessions", choices=("workload", "suite"), default="workload",
+                    help="one warm Flink cluster + Spark session per workload (default) or for the whole suite")
+    ap.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up job per session")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs, checkpoints, logs)")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+
+    from tidemark.kafka.broker import EmbeddedBroker, configured_bootstrap
+
+    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-suite-", dir=args.workdir))
+    say(f"suite: scale {args.scale:g}, {args.repeats} repeat(s), work directory {work}")
+    try:
+        with contextlib.ExitStack() as stack:
+            bootstrap = configured_bootstrap()
+            if bootstrap is None:
+                broker = stack.enter_context(EmbeddedBroker())
+                bootstrap = broker.bootstrap_servers
+            results = run_suite(args, bootstrap, work)
+    finally:
+        if args.keep:
+            say(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=_json_default) + "\n", encoding="utf-8")
+        say(f"wrote {args.json}")
+    if not results["ok"]:
+        say("!!! FINAL TABLES DIFFER; results.json lists them; " + (f"{args.out} left as it was" if args.out else ""))
+        for d in results["differences"]:
+            print(f"DIFFERENCE {d['workload']} repeat {d['repeat'] + 1}: {d['a']} vs {d['b']}: {d['first'][:5]}",
+                  file=sys.stderr)
+        return 1
+    if args.out:
+        write_docs(args.out, render(results))
+        say(f"regenerated the suite section of {args.out}")
+    for t in results["targets"]:
+        say(f"target {t['workload']} {t['ratio']} {t['figure']} {t['target']}: {_ratio(t['value'])} "
+            f"{'n/a' if t['met'] is None else ('met' if t['met'] else 'NOT MET')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
