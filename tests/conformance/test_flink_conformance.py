@@ -329,3 +329,19 @@ def test_workloads_exercise_conflicts_and_failures(flink: dict[str, dict]) -> No
     assert failed, "no DO ERROR workload conflicted: the generator lost its conflicts"
     assert any(flink[w.name]["ok"] for w in WORKLOADS if w.strategy == "ERROR")
     assert all(w.n_batches() >= 3 for w in WORKLOADS if not w.name.startswith("seed-"))
+
+
+def test_stale_value_proof_needs_every_source_of_the_kept_row_retracted() -> None:
+    """The defect's proof, without Flink, on the reproductions' documented Flink tables: it
+    fires when the row Flink keeps came from a retracted source row (even when another source
+    row holds an equal value), not when the retraction may have meant a dropped copy, and never
+    when the replay of Flink's algorithm does not give Flink's tables."""
+    nothing = {n: w for n, w in REPRODUCTIONS.items() if w.strategy == "NOTHING"}
+    fires = {n: wcsm_replay.prove_stale_current_value(w, w.expect["flink"], _canon)[0]
+             for n, w in nothing.items()}
+    assert fires == {"wcsm-nothing-stale-current-value": 2,
+                     "nothing-retracted-dropped-copy-keeps-shown-row": None,
+                     "nothing-retracted-shown-copy-equal-copy-active": 3}
+    w = nothing["wcsm-nothing-stale-current-value"]
+    at, why = wcsm_replay.prove_stale_current_value(w, w.expect["truth"], _canon)
+    assert at is None and "differs from Flink after batch 2" in why

@@ -141,8 +141,9 @@ def _buffer(st: _Key, item: Item, seq: int) -> None:
 def _compact(st: _Key, key: tuple, b: int, strategy: str, upsert_key: tuple[int, ...] | None,
              out: Replay) -> str | None:
     lst: list[Item] = []
+    cur = Item(st.current, set(st.tags), current=True, seq=st.since_seq)  # tags spread into it
     if st.current is not None:
-        lst.append(Item(st.current, set(st.tags), current=True, seq=st.since_seq))
+        lst.append(cur)
     removed_by: list[tuple[int, Any]] = []
     for it, seq in st.buffer:
         pos = next((i for i, x in enumerate(lst) if _match(x.row, it.row, upsert_key)), None)
@@ -164,7 +165,9 @@ def _compact(st: _Key, key: tuple, b: int, strategy: str, upsert_key: tuple[int,
             return "conflict"
         if st.current is None:
             st.current, st.tags, st.since, st.since_seq = lst[0].row, lst[0].tags, b, lst[0].seq
-        elif not any(x.current for x in lst):
+            return None
+        st.tags = cur.tags  # the current value is kept either way, with what was spread into it
+        if not any(x.current for x in lst):
             out.stale.append(Stale(b, key, st.current, set(st.tags), st.since, st.since_seq, removed_by,
                                    [x.row for x in lst]))
         return None
