@@ -12,7 +12,7 @@ the way a user operates Tidemark -- over REST.
 
 Alongside, a delta-join pipeline (orders x customers, ``demo_delta``): registering it
 registers its tables with the control service's embedded index service; it runs while the
-s1/s2 part does, and its sink table and delta-join figures are printed at the end.
+s1/s2 part does; at the end its sink table and delta-join figures are printed and it is stopped.
 
 Exit status 0 when the sink table is right, 1 otherwise. Each step prints the curl call that
 does the same by hand (docs/control.md).
@@ -232,13 +232,17 @@ def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str,
     _say("\nall three orderings end at (id, 20, 'b1'), as the seed requires.")
     if delta_topics is None or index_url is None:
         return 0
-    # until_idle: the delta-join job stops by itself once it has consumed everything
-    st = _wait(lambda: (s := c.get(f"/v1/pipelines/{demo_delta.PIPELINE}/status").json())["state"]
-               in ("stopped", "failed") and s, 300, f"{demo_delta.PIPELINE} to finish")
-    if st["state"] == "failed":
-        _say(f"\n{demo_delta.PIPELINE} failed: {st['error']}")
-        return 1
-    return 0 if demo_delta.report(st, bootstrap, delta_topics, index_url, _say) else 1
+    def status_of() -> dict[str, Any]:
+        return c.get(f"/v1/pipelines/{demo_delta.PIPELINE}/status").json()
+
+    st = _wait(lambda: demo_delta.done(s := status_of(), bootstrap, delta_topics) and s, 300,
+               f"{demo_delta.PIPELINE}'s sink table")
+    ok = demo_delta.report(st, bootstrap, delta_topics, index_url, _say)
+    _say(f"\n$ curl -X POST {control.url}/v1/pipelines/{demo_delta.PIPELINE}/stop")
+    r = c.post(f"/v1/pipelines/{demo_delta.PIPELINE}/stop")
+    st = _wait(lambda: (s := status_of())["state"] in ("stopped", "failed") and s, 120, "the job to stop")
+    _say(f"{r.status_code} desired {r.json()['desired']}; state {st['state']}")
+    return 0 if ok else 1
 
 
 def _table(history: list[tuple[int, tuple | None]]) -> dict[int, tuple]:

@@ -135,11 +135,13 @@ class EmbeddedIndex:
 
 
 def _exit_at_stdin_eof() -> None:
-    """SIGTERM ourselves (uvicorn's clean shutdown) once the owner's pipe closes."""
+    """SIGTERM ourselves (uvicorn's clean shutdown) once the owner's pipe closes. Reads the
+    raw descriptor: a daemon thread blocked in ``sys.stdin.buffer.read`` holds the buffer's
+    lock, and the interpreter aborts (SIGABRT) when it cannot take it at shutdown."""
     try:
-        while sys.stdin.buffer.read(4096):
+        while os.read(0, 4096):
             pass
-    except (OSError, ValueError):
+    except OSError:
         pass
     os.kill(os.getpid(), signal.SIGTERM)
 
