@@ -48,6 +48,9 @@ import workloads  # noqa: E402
 from flink_session import FlinkSession  # noqa: E402
 
 BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
+#: defaults of a full run (make bench) and of --quick (make bench-quick, the harness smoke test)
+FULL = {"scale": 0.1, "repeats": 3, "sessions": "workload", "latency_seconds": 20.0, "no_warmup": False}
+QUICK = {"scale": 0.01, "repeats": 1, "sessions": "suite", "latency_seconds": 0.0, "no_warmup": True}
 T0 = time.monotonic()
 
 
@@ -423,23 +426,30 @@ def _json_default(o: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scale", type=float, default=0.2, help="workload size multiplier (workloads.py; 1.0 = ~50k records each)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help=f"smoke run (make bench-quick): defaults become {QUICK}")
+    ap.add_argument("--scale", type=float, default=None,
+                    help=f"workload size multiplier (workloads.py; 1.0 = ~50k records each; default {FULL['scale']})")
+    ap.add_argument("--repeats", type=int, default=None, help=f"default {FULL['repeats']}")
     ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (default: all)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="markdown file whose suite section is regenerated")
     ap.add_argument("--json", type=Path, default=None, help="machine-readable results")
     ap.add_argument("--max-records-per-trigger", type=int, default=None,
                     help="Tidemark: cap per micro-batch (default: none, like Flink's unthrottled source)")
-    ap.add_argument("--latency-seconds", type=float, default=20.0, help="Tidemark latency phase length; 0 skips it")
+    ap.add_argument("--latency-seconds", type=float, default=None,
+                    help=f"Tidemark latency phase length; 0 skips it (default {FULL['latency_seconds']})")
     ap.add_argument("--latency-rate", type=float, default=100.0)
     ap.add_argument("--latency-backlog", type=int, default=2_000)
-    ap.add_argument("--sessions", choices=("workload", "suite"), default="workload",
+    ap.add_argument("--sessions", choices=("workload", "suite"), default=None,
                     help="one warm Flink cluster + Spark session per workload (default) or for the whole suite")
-    ap.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up job per session")
+    ap.add_argument("--no-warmup", action="store_true", default=None, help="skip the unmeasured warm-up job per session")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs, checkpoints, logs)")
     args = ap.parse_args(argv)
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
 
