@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TIDEMARK_FLINK_PYTHON := $(abspath $(FLINK_VENV)/bin/python)
 
-.PHONY: install install-flink test conformance demo bench clean
+.PHONY: install install-flink test conformance demo bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ test: $(STAMP) $(FLINK_STAMP)
 
 conformance: $(STAMP) $(FLINK_STAMP)
 	TIDEMARK_CONFORMANCE=full $(PY) -m pytest -m conformance tests/conformance
+
+# Tidemark and Flink 2.3 side by side (issue 7): sizes live in tests/bench/suite.py (FULL, QUICK)
+bench: $(STAMP) $(FLINK_STAMP)
+	$(PY) tests/bench/suite.py --out docs/benchmarks.md --json tests/bench/results.json
+
+bench-quick: $(STAMP) $(FLINK_STAMP)
+	$(PY) tests/bench/suite.py --quick --json $${TMPDIR:-/tmp}/tidemark-bench-quick.json
 
 demo: $(STAMP)
 	$(PY) -m tidemark.control.demo
