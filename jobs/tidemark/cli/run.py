@@ -106,6 +106,15 @@ def run(
         Path | None, typer.Option("--log-file", help="Where Spark's own output goes. Default: CHECKPOINT/driver.log.")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Leave Spark's output (WARN and above) on the terminal.")] = False,
+    index_url: Annotated[
+        str | None,
+        typer.Option("--index-url", help="Index service for delta joins (registers the tables it needs). Default: an embedded one on loopback for the job's lifetime."),
+    ] = None,
+    index_token: Annotated[
+        str | None,
+        typer.Option("--index-token", envvar="TIDEMARK_INDEX_TOKEN", show_envvar=True,
+                     help="Bearer token of the --index-url service (registering tables, releasing fences)."),
+    ] = None,
 ) -> None:
     """Run a pipeline on Spark from Kafka to Kafka."""
     from tidemark.spark.progress import StatusFile
@@ -115,7 +124,7 @@ def run(
     try:
         code = _run(
             file, bootstrap_servers, checkpoint, master, until_idle, max_records_per_trigger, name,
-            trigger_interval, registry_url, log_file, verbose, status, term,
+            trigger_interval, registry_url, log_file, verbose, status, term, index_url, index_token,
         )
     except TidemarkError as err:
         status.emit("error", message=str(err))
@@ -138,6 +147,7 @@ def _run(
     file: Path, bootstrap_servers: str | None, checkpoint: str | None, master: str | None,
     until_idle: bool, max_records_per_trigger: int | None, name: str | None, trigger_interval: str,
     registry_url: str | None, log_file: Path | None, verbose: bool, status: Any, term: TextIO,
+    index_url: str | None = None, index_token: str | None = None,
 ) -> int:
     from tidemark.engine.pipeline import compile_sql
     from tidemark.kafka.broker import configured_bootstrap
@@ -175,7 +185,7 @@ def _run(
         log_path = None if verbose else (log_file or Path(checkpoint) / "driver.log")
         _quiet_fds(log_path)
         return _run_job(pipeline, name, bootstrap, checkpoint, master, until_idle, max_records_per_trigger,
-                        trigger_interval, registry_url, log_path, status, stop, term)
+                        trigger_interval, registry_url, log_path, status, stop, term, index_url, index_token)
 
 
 class QuietBatches:
@@ -214,6 +224,7 @@ def _run_job(
     pipeline: Any, name: str, bootstrap: str, checkpoint: str, master: str | None, until_idle: bool,
     max_records_per_trigger: int | None, trigger_interval: str, registry_url: str | None,
     log_path: Path | None, status: Any, stop: threading.Event, term: TextIO,
+    index_url: str | None = None, index_token: str | None = None,
 ) -> int:
     from tidemark.spark.job import JobError, PipelineJob
     from tidemark.spark.progress import TerminalProgress
@@ -243,12 +254,16 @@ def _run_job(
     job = PipelineJob(
         spark, pipeline, bootstrap, checkpoint, name=name, max_records_per_trigger=max_records_per_trigger,
         registry_url=registry_url, trigger_interval=trigger_interval, on_batch=on_batch,
+        index_url=index_url, index_token=index_token,
     )
     try:
         created = job.ensure_topics()
         if created:
             progress.say(f"created topics: {', '.join(created)}")
         job.start(until_idle=until_idle)
+        if job.index is not None:
+            where = f"embedded at {job.index.url}" if job.index.embedded is not None else job.index.url
+            progress.say(f"delta join index service {where}: {', '.join(t.name for t in job.index.tables)}")
         status.emit("started")
         try:
             job.wait(stop)

@@ -117,7 +117,11 @@ class PipelineJob:
         on_batch: Callable[[BatchReport], None] | None = None,
         dlq_encoding: str = "json",
         source_options: dict[str, str] | None = None,
+        index_url: str | None = None,
+        index_token: str | None = None,
     ):
+        from tidemark.spark.delta import delta_joins
+        from tidemark.spark.index_service import JobIndex
         from tidemark.spark.sink import ChangelogSink, DeadLetterSink, UpsertSink
 
         self.spark = spark
@@ -144,6 +148,8 @@ class PipelineJob:
         self.metrics = StageMetrics(spark)
         self.dead_letters = DeadLetterAccumulator(spark)
         self.query: StreamingQuery | None = None
+        #: the index service of the pipeline's delta joins (embedded unless ``index_url``)
+        self.index = JobIndex(pipeline, bootstrap, index_url, index_token) if delta_joins(pipeline) else None
         self.reports: list[BatchReport] = []
         self._sink_batches: dict[int, SinkBatch] = {}
         self._counters_seen: Counter = Counter()
@@ -194,7 +200,12 @@ class PipelineJob:
         replay after a crash) is the batch run without writing, so that its dead letters
         are known again and the state stores advance. A crash between the two writes
         replays the batch: the sink skips or rewrites it idempotently, the dead letters
-        are written then, so none is lost or duplicated."""
+        are written then, so none is lost or duplicated. Delta joins get the batch's
+        offset fences first (``tidemark.spark.delta``)."""
+        if self.index is not None:
+            from tidemark.spark.delta import batch_fences, set_batch_fences
+
+            set_batch_fences(self.spark, batch_fences(self.checkpoint, batch_id, self.index.topics(), self.spark))
         if self._already_committed(batch_id):
             df.count()
             rows_out = 0
@@ -224,10 +235,11 @@ class PipelineJob:
         rate-limited batches), write it, and stop (``Trigger.AvailableNow``)."""
         self._until_idle = until_idle
         self.ensure_topics()
+        target = self.index.start() if self.index is not None else None
         frame = build_query_frame(
             self.spark, self.pipeline, self.bootstrap, metrics=self.metrics, dead_letters=self.dead_letters,
             max_records_per_trigger=self.max_records_per_trigger, registry_url=self.registry_url,
-            source_options=self.source_options,
+            source_options=self.source_options, index=target,
         )
         writer = (
             frame.writeStream.queryName(_query_name(self.name))
@@ -257,6 +269,8 @@ class PipelineJob:
                 sink = self._sink_batches.pop(batch_id)
                 self._last_reported = batch_id
             report = report_from(progress, sink)
+            if self.index is not None:  # committed: its fences will not be asked for again
+                self.index.release(report.end_offsets)
             self.reports.append(report)
             new.append(report)
             if self.on_batch is not None:
@@ -343,6 +357,8 @@ class PipelineJob:
             close = getattr(sink, "close", None)
             if close is not None:
                 close()
+        if self.index is not None:
+            self.index.close()
 
     def result(self) -> RunResult:
         changelog = self.pipeline.sink.changelog_mode != "upsert"
@@ -380,17 +396,22 @@ def run_pipeline(
     on_batch: Callable[[BatchReport], None] | None = None,
     stop: threading.Event | None = None,
     source_options: dict[str, str] | None = None,
+    index_url: str | None = None,
+    index_token: str | None = None,
 ) -> RunResult:
     """Run ``pipeline`` from its source topics to its sink topic on ``spark``.
 
     With ``until_idle`` (default) it returns once everything in the topics at start is
     written; otherwise it runs until ``stop`` is set. Restarting with the same
     ``checkpoint`` continues where the last run committed. Raises the stage's own error
-    (``ConflictError`` for ``ON CONFLICT DO ERROR``) or ``JobError``."""
+    (``ConflictError`` for ``ON CONFLICT DO ERROR``) or ``JobError``. A pipeline with a
+    delta join looks rows up in the index service at ``index_url`` (bearer
+    ``index_token``), or in one it starts for the run when no URL is given."""
     job = PipelineJob(
         spark, pipeline, bootstrap, checkpoint, name=name,
         max_records_per_trigger=max_records_per_trigger, registry_url=registry_url,
         trigger_interval=trigger_interval, on_batch=on_batch, source_options=source_options,
+        index_url=index_url, index_token=index_token,
     )
     try:
         job.start(until_idle=until_idle)

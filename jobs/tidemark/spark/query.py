@@ -52,6 +52,7 @@ from tidemark.spark.keyed import (
     keyed_input,
     run_keyed_stage,
 )
+from tidemark.spark.delta import is_delta_join, run_delta_join
 from tidemark.spark.source import SourceTable, read_stream
 
 if TYPE_CHECKING:
@@ -290,10 +291,12 @@ def build_query_frame(
     max_records_per_trigger: int | None = None,
     registry_url: str | None = None,
     source_options: dict[str, str] | None = None,
+    index: Any = None,
 ) -> DataFrame:
     """The streaming frame of the changes the sink receives (``CHANGE_SCHEMA``); bad
     records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
-    records per micro-batch."""
+    records per micro-batch. ``index`` (``tidemark.spark.delta.IndexTarget``): delta joins
+    run stateless against that index service (``tidemark.spark.delta``)."""
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     outputs: dict[int, _Output] = {}
     for node in pipeline.nodes:
@@ -316,6 +319,8 @@ def build_query_frame(
 
             def build_keyed(target: Target, pending: list, stage: Any = stage, upstream: list = upstream) -> DataFrame:
                 inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
+                if index is not None and is_delta_join(stage):
+                    return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending)
                 if not pending:
                     return run_keyed_stage(inputs, stage, metrics, downstream=target)
                 emitted = run_keyed_stage(inputs, stage, metrics)
