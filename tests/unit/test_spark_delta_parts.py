@@ -98,3 +98,11 @@ def test_strong_without_fences_fails_naming_the_stage() -> None:
         process_partition(stage, rows_of([(0, Change("+I", (1, 10, 5), (1,)))]), 0, None, Counter())
     rebuilt = stage_error_from(err.value)
     assert rebuilt is not None and stage.name in str(rebuilt) and "start offsets" in str(rebuilt)
+
+
+def test_status_event_carries_the_batch_delta_join_counters() -> None:
+    from tidemark.spark.progress import BatchReport
+
+    report = BatchReport(batch_id=3, counters={"join#2.delta_join.left.cache_hits": 4, "join#2.delta_join.right.lookup_keys": 2,
+                                               "materializer#4.conflicts": 1})
+    assert report.status_event()["metrics"] == {"delta_join.left.cache_hits": 4, "delta_join.right.lookup_keys": 2}

@@ -30,7 +30,7 @@ import json
 import pickle
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,8 +162,11 @@ def set_batch_fences(spark: SparkSession, fences: Fences) -> None:
 
 # ---------------------------------------------------------------------------- executor side
 
-#: per Python worker: (query build token, shuffle partition) -> the bound stage
-_BOUND: dict[tuple[str, int], Any] = {}
+#: per Python worker: (query build token, shuffle partition) -> the bound stage, least
+#: recently used first. Bounded: instances of stopped queries would otherwise stay forever;
+#: an evicted instance of a live query is rebuilt with empty caches (still right).
+_BOUND: OrderedDict[tuple[str, int], Any] = OrderedDict()
+MAX_BOUND = 64
 
 
 def _bound_stage(token: str, partition: int, stage: Any, target: IndexTarget) -> Any:
@@ -173,6 +176,9 @@ def _bound_stage(token: str, partition: int, stage: Any, target: IndexTarget) ->
         from tidemark.index_client.http import HttpLookup
 
         bound = _BOUND[key] = stage.bind(HttpLookup(target.url, target.tables, target.token))
+        while len(_BOUND) > MAX_BOUND:
+            _BOUND.popitem(last=False)
+    _BOUND.move_to_end(key)
     return bound
 
 

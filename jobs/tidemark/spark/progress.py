@@ -58,7 +58,19 @@ class BatchReport:
             "lag": self.lag,
             "state_size_bytes": self.state_size_bytes,
             "duration_ms": self.duration_ms,
+            "metrics": self.delta_join_metrics(),
         }
+
+    def delta_join_metrics(self) -> dict[str, int]:
+        """The batch's delta-join counters without the stage prefix
+        (``delta_join.left.cache_hits``...), summed over delta joins: what the control
+        service shows under a pipeline's ``metrics``."""
+        out: dict[str, int] = {}
+        for name, value in self.counters.items():
+            _stage, sep, counter = name.partition(".")
+            if sep and counter.startswith("delta_join."):
+                out[counter] = out.get(counter, 0) + int(value)
+        return out
 
     def line(self) -> str:
         """One terminal line."""
