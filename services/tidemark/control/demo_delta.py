@@ -73,7 +73,8 @@ def register(client: httpx.Client, url: str, t: dict[str, str], say: Any) -> str
     """Register the pipeline; the index service's URL, or None (after saying why)."""
     say(f"\n$ curl -X POST {url}/v1/pipelines -d '{{\"name\": \"{PIPELINE}\", \"sql\": ...}}'"
         "     # a delta join: no join state")
-    r = client.post("/v1/pipelines", json={"name": PIPELINE, "sql": SQL.format(**t)})
+    # the first delta-join pipeline starts the embedded index service: give it time
+    r = client.post("/v1/pipelines", json={"name": PIPELINE, "sql": SQL.format(**t)}, timeout=120)
     if r.status_code != 201:
         say(f"{r.status_code} {r.text}")
         return None
