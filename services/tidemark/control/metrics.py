@@ -48,6 +48,12 @@ class PipelineCollector(Collector):
                                        "When the last batch finished", labels=label)
         lag = GaugeMetricFamily("tidemark_pipeline_consumer_lag", "Records behind the end of a source partition",
                                 labels=["pipeline", "topic", "partition"])
+        # stage counters the job reports per batch (e.g. the delta join's cache hits and
+        # lookups), summed; a "*_size" one is reported as deltas, so its sum is a current size
+        stage = CounterMetricFamily("tidemark_pipeline_stage_counter", "Stage counters reported by the job",
+                                    labels=["pipeline", "counter"])
+        stage_size = GaugeMetricFamily("tidemark_pipeline_stage_size", "Stage sizes reported by the job "
+                                       "(e.g. delta join cache entries)", labels=["pipeline", "counter"])
         for name, sup in sorted(c.supervisors.items()):
             p = sup.progress
             state.add_metric([name], {s: s == sup.state for s in STATES})
@@ -62,9 +68,11 @@ class PipelineCollector(Collector):
                 batch_time.add_metric([name], p.last_batch_time)
             for (topic, part), n in sorted(p.lag.items()):
                 lag.add_metric([name, topic, str(part)], n)
+            for counter, n in sorted(p.metrics.items()):
+                (stage_size if counter.endswith("_size") else stage).add_metric([name, counter], n)
         yield state
         yield from counters.values()
-        yield from (restarts, state_size, batch_id, batch_time, lag)
+        yield from (restarts, state_size, batch_id, batch_time, lag, stage, stage_size)
 
         records = c.registry.read(lambda s: list(s.pipelines.values()))
         desired = GaugeMetricFamily("tidemark_registry_pipeline_desired_running",
