@@ -40,6 +40,9 @@ def test_delta_join_pipeline_runs_against_the_control_services_index_service(mak
     assert wait_for(lambda: demo_delta.sink_table(broker, topics["enriched"]) == demo_delta.EXPECTED, timeout=60,
                     what=f"the sink table {demo_delta.EXPECTED}")
     assert st["state"] == "running"
+    # the job's delta-join counters reach the status (summed over its batch events)
+    m = st["metrics"]
+    assert m.get("delta_join.left.lookup_requests", 0) + m.get("delta_join.right.lookup_requests", 0) > 0
     figures = demo_delta.index_figures(index_url)
     # the job looked rows up in the control service's index service, which follows both tables
     assert figures.get("orders lookup requests", 0) + figures.get("customers lookup requests", 0) > 0
