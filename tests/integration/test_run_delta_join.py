@@ -16,6 +16,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 from run_support import encode_source, produce, sink_table, topic_of, unique_topics
 
@@ -25,6 +26,7 @@ from tidemark.engine.pipeline import Pipeline, compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.engine.stages.delta_join import DeltaJoin
 from tidemark.kafka.admin import ensure_topics
+from tidemark.spark.index_service import EmbeddedIndexService
 from tidemark.spark.job import PipelineJob, run_pipeline
 from tidemark.spark.keyed import state_operators
 
@@ -116,9 +118,13 @@ def test_delta_join_keeps_no_join_state_while_the_regular_join_grows(spark, kafk
     changes = changes_of(7, "eventual", keys=40)  # many join keys: the join's state grows
     half = {k: v[: len(v) // 2] for k, v in changes.items()}
     rest = {k: v[len(v) // 2:] for k, v in changes.items()}
+    # the delta job uses a service of its own (--index-url), not an embedded one
+    service = EmbeddedIndexService(kafka_bootstrap)
+    service.start()
     jobs = [PipelineJob(spark, p, kafka_bootstrap, str(tmp_path / tag), name=f"dj-state-{tag}-{topic_of(p.sink)}",
-                        max_records_per_trigger=20)
-            for p, tag in ((delta, "delta"), (regular, "regular"))]
+                        max_records_per_trigger=20, **kw)
+            for p, tag, kw in ((delta, "delta", dict(index_url=service.url, index_token=service.token)),
+                               (regular, "regular", {}))]
     rounds: list[list[list[int]]] = []
 
     def run_round(job: PipelineJob) -> list[int]:
@@ -132,9 +138,18 @@ def test_delta_join_keeps_no_join_state_while_the_regular_join_grows(spark, kafk
                 produce_changes(kafka_bootstrap, delta, part)
                 rounds.append(list(pool.map(run_round, jobs)))
         metrics = jobs[0].metrics.value()
+        assert jobs[0].index is not None and jobs[0].index.embedded is None
+        assert jobs[1].index is None
+        # every committed batch released its fences: the history horizon is the last end
+        last = max(jobs[0].reports, key=lambda r: r.batch_id)
+        for name, table in delta.sources.items():
+            described = httpx.get(f"{service.url}/v1/tables/{name}").json()
+            want = {p: o for p, o in last.end_offsets[topic_of(table)].items() if o > 0}  # 0 releases nothing
+            assert described["released_offsets"] == want, name
     finally:
         for job in jobs:
             job.close()
+        service.stop()
     (delta_1, regular_1), (delta_2, regular_2) = rounds
     # the delta join: no state store operator at all (the upsert sink keyed by both
     # inputs' primary keys needs no materializer either)
