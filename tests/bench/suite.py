@@ -49,7 +49,7 @@ from flink_session import FlinkSession  # noqa: E402
 
 BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
 #: defaults of a full run (make bench) and of --quick (make bench-quick, the harness smoke test)
-FULL = {"scale": 0.1, "repeats": 3, "sessions": "workload", "latency_seconds": 20.0, "no_warmup": False}
+FULL = {"scale": 0.1, "repeats": 3, "sessions": "suite", "latency_seconds": 20.0, "no_warmup": False}
 QUICK = {"scale": 0.01, "repeats": 1, "sessions": "suite", "latency_seconds": 0.0, "no_warmup": True}
 T0 = time.monotonic()
 
@@ -86,7 +86,9 @@ def run_flink(wl: Any, variant: str, workdir: Path, session: FlinkSession) -> di
     # all processes of the run, as for Tidemark (whose driver is a Python process too)
     res.update(rows_per_s=res["throughput_rows_s"], run_s=res["seconds"], startup_s=session.startup_s,
                peak_rss_bytes=res.get("peak_rss_with_driver_bytes") or res.get("peak_rss_bytes"),
-               peak_rss_jvm_bytes=res.get("peak_rss_bytes"), table=table)
+               peak_rss_jvm_bytes=res.get("peak_rss_bytes"), table=table,
+               materializer_state_bytes=sum(b or 0 for v, b in (res.get("state_by_vertex") or {}).items()
+                                            if "SinkMaterializer" in v) if res.get("state_by_vertex") else None)
     return res
 
 
@@ -129,7 +131,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for k in sorted({key(r["system"], r["variant"]) for r in runs}):
         rs = [r for r in runs if key(r["system"], r["variant"]) == k]
         out[k] = {f: median([r.get(f) for r in rs]) for f in
-                  ("rows_per_s", "run_s", "startup_s", "peak_rss_bytes", "state_bytes")}
+                  ("rows_per_s", "run_s", "startup_s", "peak_rss_bytes", "state_bytes", "materializer_state_bytes")}
         out[k]["runs"] = len(rs)
         out[k]["rows_per_s_runs"] = [round(r["rows_per_s"], 1) for r in rs]
     return out
@@ -149,7 +151,8 @@ def ratios(wl: Any, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per pair: the median over repeats of the per-repeat ratio (same repeat = same load)."""
     out: dict[str, dict[str, Any]] = {}
     for num, den in ratio_pairs(wl):
-        per: dict[str, list[float]] = {"rows_per_s": [], "peak_rss_bytes": [], "state_bytes": []}
+        per: dict[str, list[float]] = {"rows_per_s": [], "peak_rss_bytes": [], "state_bytes": [],
+                                       "materializer_state_bytes": []}
         for rep in sorted({r["repeat"] for r in runs}):
             a = next((r for r in runs if r["repeat"] == rep and key(r["system"], r["variant"]) == num), None)
             b = next((r for r in runs if r["repeat"] == rep and key(r["system"], r["variant"]) == den), None)
@@ -170,8 +173,8 @@ TARGETS: list[tuple[str, str, str, str, float]] = [
     ("W2-ERROR", "tidemark:default / flink:default", "rows_per_s", ">=", 1.0),
     ("W3", "tidemark:default / flink:ADAPTIVE", "rows_per_s", ">=", 1.0),
     ("W3", "tidemark:default / flink:LEGACY", "rows_per_s", ">=", 10.0),
-    ("W2-NOTHING", "tidemark:default / flink:default", "state_bytes", "<=", 0.1),
-    ("W2-ERROR", "tidemark:default / flink:default", "state_bytes", "<=", 0.1),
+    ("W2-NOTHING", "tidemark:default / flink:default", "materializer_state_bytes", "<=", 0.1),
+    ("W2-ERROR", "tidemark:default / flink:default", "materializer_state_bytes", "<=", 0.1),
     ("W4", "tidemark:delta / tidemark:regular", "state_bytes", "<=", 0.01),
 ]
 
@@ -335,7 +338,9 @@ def _num(v: float | None, fmt: str = ",.0f") -> str:
 
 
 def _ratio(v: float | None) -> str:
-    return "-" if v is None else (f"{v:.3g}x" if v >= 0.01 else f"{v:.2e}x")
+    if v is None:
+        return "-"
+    return "0x" if v == 0 else (f"{v:.3g}x" if v >= 0.01 else f"{v:.2e}x")
 
 
 def render(results: dict[str, Any]) -> str:
@@ -369,7 +374,9 @@ def render(results: dict[str, Any]) -> str:
         "processes of the system during the run (Flink: its Python client and JVM; Tidemark: the Python "
         "driver, the Spark JVM and its Python workers; the broker is shared and not counted), sampled every "
         "100 ms. State = bytes at the end: Flink's final full RocksDB checkpoint, Tidemark's state store "
-        "files on disk under the checkpoint directory. Figures are medians over the repeats; ratios are "
+        "files on disk under the checkpoint directory (every retained version: what a restart reads). "
+        "Materializer state: Flink's SinkMaterializer share of that checkpoint; Tidemark's materializer "
+        "state store, current version (Spark's `stateOnCurrentVersionSizeBytes`). Figures are medians over the repeats; ratios are "
         "computed per repeat (same load), then the median is taken. Every run's final sink table was "
         "compared (`compare.py`) with Flink's of the same repeat and with the table the generator "
         "derived from the data: all equal, or this section would not have been written.",
@@ -378,17 +385,23 @@ def render(results: dict[str, Any]) -> str:
     for wname, w in results["workloads"].items():
         lines += [f"### {wname}", "", f"{w['input_rows']:,} input records, final table {w['final_rows']:,} rows "
                   f"({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v}' for k, v in w['params'].items())}).", "",
-                  "| system | variant | throughput rows/s (runs) | start-up s | peak RSS MB | state KB |",
-                  "|---|---|---:|---:|---:|---:|"]
+                  "| system | variant | throughput rows/s (runs) | start-up s | peak RSS MB | state KB | of which materializer KB |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
         for k, s in w["medians"].items():
             system, variant = k.split(":", 1)
             runs = ", ".join(f"{x:,.0f}" for x in s["rows_per_s_runs"])
             lines.append(f"| {system} | {variant} | {_num(s['rows_per_s'])} ({runs}) | {_num(s['startup_s'], '.1f')} | "
                          f"{_num(s['peak_rss_bytes'] and s['peak_rss_bytes'] / 2**20)} | "
-                         f"{_num(s['state_bytes'] and s['state_bytes'] / 1024, ',.1f')} |")
-        lines += ["", "| ratio | throughput | peak RSS | state |", "|---|---:|---:|---:|"]
+                         f"{_num(s['state_bytes'] and s['state_bytes'] / 1024, ',.1f')} | "
+                         f"{_num(s['materializer_state_bytes'] and s['materializer_state_bytes'] / 1024, ',.1f')} |")
+        lines += ["", "| ratio | throughput | peak RSS | state | materializer state |", "|---|---:|---:|---:|---:|"]
         for pair, r in w["ratios"].items():
-            lines.append(f"| {pair} | {_ratio(r['rows_per_s'])} | {_ratio(r['peak_rss_bytes'])} | {_ratio(r['state_bytes'])} |")
+            lines.append(f"| {pair} | {_ratio(r['rows_per_s'])} | {_ratio(r['peak_rss_bytes'])} | "
+                         f"{_ratio(r['state_bytes'])} | {_ratio(r['materializer_state_bytes'])} |")
+        if any(k.startswith("tidemark:delta") for k in w["medians"]):
+            lines += ["", "The delta join keeps no Spark state: its rows live in the index service (here the "
+                      "one `tidemark run` embeds in its driver process, so they are in its peak RSS), and with the "
+                      "sink keyed by both input keys it needs no materializer."]
         lines.append("")
     if "latency" in results:
         lat = results["latency"]

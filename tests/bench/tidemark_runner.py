@@ -82,6 +82,11 @@ class TidemarkRun:
     #: sink PK -> row (typed as the sink's columns), not part of ``figures()``
     table: dict[tuple, tuple] = field(default_factory=dict, repr=False)
     columns: list[str] = field(default_factory=list)
+    #: per stateful operator (Spark's progress order): keys held and current-version bytes
+    state_operators: list[dict[str, Any]] = field(default_factory=list)
+    #: current-version bytes per keyed stage name (when the operators map onto the stages)
+    state_by_stage: dict[str, int] = field(default_factory=dict)
+    materializer_state_bytes: int | None = None
 
     def figures(self) -> dict[str, Any]:
         out = asdict(self)
@@ -301,11 +306,13 @@ def run_workload(
                                    "max_records_per_trigger": max_records_per_trigger}, timeout_s)
         exit_status = int(reply["exit_status"])
         failure = reply.get("error", "")
+        state_operators = reply.get("state_operators") or []
         log = session.workdir / "driver.log"
     else:
         t_spawn, peak, exit_status = _run_cli(sql_file, bootstrap, checkpoint, job_name, status, log, workdir,
                                               max_records_per_trigger, timeout_s, f"{name}/{variant}")
         failure = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
+        state_operators = []
     if progress is not None:
         for e in events(status):
             if e.get("event") == "batch":
@@ -327,14 +334,29 @@ def run_workload(
     run_id = json.loads((checkpoint / "tidemark-run.json").read_text(encoding="utf-8"))["run_id"]
     writer_id = f"{job_name}.{pipeline.sink.name}.{run_id}"
     table = sink_table(bootstrap, pipeline, None if pipeline.sink.changelog_mode == "upsert" else writer_id)
+    by_stage = stage_state(pipeline, state_operators)
     return TidemarkRun(
+        materializer_state_bytes=(sum(b for n, b in by_stage.items() if n.startswith("materializer"))
+                                  if by_stage else None),
+        state_by_stage=by_stage,
         workload=name, variant=variant, input_rows=input_rows,
         startup_s=(started - t_spawn) if t_spawn is not None else None, run_s=run_s, rows_per_s=input_rows / run_s if run_s > 0 else float("inf"),
         peak_rss_bytes=peak, state_bytes=dir_bytes(checkpoint / "state"),
         state_current_version_bytes=int(data[-1].get("state_size_bytes") or 0),
-        batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status,
+        batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status, state_operators=state_operators,
         workdir=str(workdir), table=table, columns=list(pipeline.sink.column_names),
     )
+
+
+def stage_state(pipeline: Pipeline, operators: list[dict[str, Any]]) -> dict[str, int]:
+    """Name the stateful operators of a progress: Spark lists them top-down from the sink
+    (measured: W2's first operator holds one key per sink row, its second one per join
+    key), i.e. the pipeline's keyed stages in reverse order. Empty when the counts differ
+    (a stage hosted without a state store, e.g. the delta join)."""
+    keyed = [n.stage.name for n in pipeline.nodes if n.stage is not None and hasattr(n.stage, "process_key")]
+    if len(keyed) != len(operators):
+        return {}
+    return {name: int(op["bytes"]) for name, op in zip(reversed(keyed), operators, strict=True)}
 
 
 def _run_cli(sql_file: Path, bootstrap: str, checkpoint: Path, job_name: str, status: Path, log: Path, workdir: Path,
@@ -436,6 +458,24 @@ class TidemarkSession:
         self.close()
 
 
+def _state_operators(job: Any) -> list[dict[str, Any]]:
+    """Per stateful operator of the last batch that read input, in Spark's progress order:
+    rows (keys) in the store and the size of its current version."""
+    def get(obj: Any, name: str) -> Any:
+        return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+    last = None
+    for p in job.query.recentProgress if job.query is not None else []:
+        if (get(p, "numInputRows") or 0) > 0:
+            last = p
+    out = []
+    for op in (get(last, "stateOperators") or []) if last is not None else []:
+        custom = get(op, "customMetrics") or {}
+        out.append({"rows": int(get(op, "numRowsTotal") or 0),
+                    "bytes": int(custom.get("stateOnCurrentVersionSizeBytes") or custom.get("rocksdbSstFileSize") or 0)})
+    return out
+
+
 def serve(log_file: Path) -> None:
     """The child side of ``TidemarkSession``: JSON lines in on stdin, one JSON line out on
     the original stdout per run; the JVM's and Spark's output go to ``log_file``."""
@@ -464,11 +504,11 @@ def serve(log_file: Path) -> None:
                 job.ensure_topics()
                 job.start(until_idle=True)
                 status.emit("started")
-                job.wait()
+                job.wait(poll_s=0.1)  # the batch event (our clock) lags the commit by <= one poll
             finally:
                 job.close()
             status.emit("idle")
-            reply: dict[str, Any] = {"ok": True, "exit_status": 0}
+            reply: dict[str, Any] = {"ok": True, "exit_status": 0, "state_operators": _state_operators(job)}
         except Exception as err:  # reported to the harness, which fails the run loudly
             import traceback
 
