@@ -1,8 +1,10 @@
 """Tidemark vs Flink 2.3 on the same workloads, in one run (issue 7).
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/suite.py \\
-        [--scale 0.2] [--repeats 3] [--only W1,W3] \\
+        [--quick] [--scale 0.1] [--repeats 3] [--only W1,W3] \\
         [--out docs/benchmarks.md] [--json tests/bench/results.json]
+
+(``make bench`` / ``make bench-quick``; the defaults of each are ``FULL`` / ``QUICK`` below.)
 
 For each workload (``workloads.py``, generated once per run from a fixed seed) every Flink
 variant (``flink_runner.py``, its own venv, files in) and every Tidemark variant

@@ -1,24 +1,30 @@
 """Run one benchmark workload through the real Tidemark system and measure it.
 
-The workload's Debezium-JSON files (one record per line, per source table) are produced
-into fresh topics of the broker *before* anything is timed. Then the real CLI runs the
-pipeline in its own process, exactly as a user would: ``tidemark run FILE.sql
---until-idle``, which reads everything in the source topics, writes it to the sink topic
-and exits. Running the CLI (not ``run_pipeline`` in this process) keeps the measured
-processes apart from the harness: the peak memory is the summed RSS of the CLI's whole
-process tree (the Python driver, the Spark JVM it starts, the Python workers that JVM
-forks), sampled every 100 ms with psutil.
+The workload's files (one Kafka record value per line, per source table) are produced into
+fresh topics of the broker (2 partitions, keyed by the table's primary key) *before*
+anything is timed. Then the pipeline runs as ``tidemark run FILE.sql --until-idle`` runs
+it: read everything in the source topics, write it to the sink topic, stop. Two ways:
 
-Times come from the job's own status channel (``TIDEMARK_STATUS_FILE``, JSON Lines with
-wall-clock ``ts``): start-up = process spawn -> ``started`` (interpreter, JVM and Spark
-session, topic checks: reported separately, not counted); run = ``started`` -> the last
-batch that read input is committed (its ``batch`` event is written after the sink's write
-and Spark's commit, so the sink holds that batch's output). Throughput = the workload's
-input rows / run.
+- ``run_workload(..., session=None)``: the real CLI in its own process, cold (JVM and
+  Spark session start per run; ``startup_s`` = spawn -> query started);
+- ``run_workload(..., session=TidemarkSession(...))``: a child process that keeps one
+  Spark session and runs each workload with ``PipelineJob`` exactly as the CLI does
+  (``ensure_topics``, ``start(until_idle=True)``, ``wait``, ``close``), so start-up is paid
+  once per session (what the suite uses; see ``TidemarkSession``).
+
+Either way the measured processes are apart from the harness: peak memory is the summed
+RSS of the job's whole process tree (the Python driver, the Spark JVM it starts, the
+Python workers that JVM forks), sampled every 100 ms with psutil.
+
+Times come from the job's own status channel (``TIDEMARK_STATUS_FILE`` format: JSON Lines
+with wall-clock ``ts``): run = ``started`` (the query is started) -> the last batch that
+read input is committed (its ``batch`` event is written after the sink's write and
+Spark's commit, so the sink holds that batch's output). Throughput = the workload's input
+records / run.
 
 State size at the end: the bytes on disk under ``CHECKPOINT/state`` (every retained
-version of every state store: what a restart needs) and, from Spark's own progress of the
-last data batch, the size of the current state version (``stateOnCurrentVersionSizeBytes``).
+version of every state store: what a restart reads) and, from Spark's progress of the last
+data batch, the current version's size, in total and per keyed stage.
 
 Latency (one workload is enough, as the issue asks) reuses ``bench_e2e.py``'s method and
 code: a warm job, rows produced at a fixed rate, sink visibility - produce time.
