@@ -235,8 +235,10 @@ def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str,
     def status_of() -> dict[str, Any]:
         return c.get(f"/v1/pipelines/{demo_delta.PIPELINE}/status").json()
 
-    st = _wait(lambda: demo_delta.done(s := status_of(), bootstrap, delta_topics) and s, 300,
-               f"{demo_delta.PIPELINE}'s sink table")
+    _wait(lambda: demo_delta.done(status_of(), bootstrap, delta_topics), 300, f"{demo_delta.PIPELINE}'s sink table")
+    demo_delta.produce_late(bootstrap, delta_topics, _say)
+    st = _wait(lambda: demo_delta.done(s := status_of(), bootstrap, delta_topics, late=True) and s, 120,
+               f"{demo_delta.PIPELINE}'s late order")
     ok = demo_delta.report(st, bootstrap, delta_topics, index_url, _say)
     _say(f"\n$ curl -X POST {control.url}/v1/pipelines/{demo_delta.PIPELINE}/stop")
     r = c.post(f"/v1/pipelines/{demo_delta.PIPELINE}/stop")
