@@ -297,16 +297,13 @@ class Runner:
         n_sinks = None
         while not future.isDone():
             if time.time() > deadline:
-                self.jvm.tidemark.flinkbench.BenchCluster.checkpoint(job_id, 1)
                 _cancel(self.port, job_id)
                 return f"timed out after {job['timeout_s']}s"
             if n_sinks is None:
                 n_sinks = _sink_parallelism(self.port, job_id)
             if n_sinks and len(list(sink_dir.glob("part-*.json"))) >= n_sinks:
                 self.jvm.tidemark.flinkbench.BenchCluster.checkpoint(job_id, 10_000)
-                time.sleep(0.05)
-            else:
-                time.sleep(0.05)
+            time.sleep(0.05)
         try:
             future.get()
         except Exception as e:
@@ -338,7 +335,7 @@ class Runner:
 def _sink_parallelism(port: int, job_id: str) -> int | None:
     try:
         for v in _rest(port, f"/jobs/{job_id}")["vertices"]:
-            if "tidemark-bench-sink" in v["name"] or "Sink" in v["name"]:
+            if v["name"].endswith(": Writer"):  # the sink writer's vertex (chained or not)
                 return int(v["parallelism"])
     except Exception:  # noqa: BLE001 - not yet known
         return None
