@@ -5,8 +5,8 @@ answer shows the tables the service registered in its embedded index service; th
 (customers append-only, orders as Debezium events: inserts, an order moving to another
 customer, a deleted order) is produced before the job starts, and the job runs while the
 s1/s2 part does, so it adds little to the demo's time. At the end the demo waits for its
-sink table, produces one more order (a later batch, whose customer is in the job's cache by
-then), waits for it, prints the table and the delta join's figures: the job's LRU cache hits and index
+sink table, produces one more order (a later batch that looks its customer up again), waits
+for it, prints the table and the delta join's figures: the job's LRU cache hits and index
 lookups (from its status), and what the index service answered (from its ``/metrics``),
 then stops it.
 """
@@ -42,7 +42,8 @@ ORDERS = [
     ("d", (11, 2, 250), None),  # order 11 is deleted
 ]
 EXPECTED = {(10, 1): ("alice", 100), (12, 2): ("bob", 75)}
-# produced once the first batch is in the sink: bob is in the job's customers cache by then
+# produced once the first batch is in the sink: a later batch looks bob up again (served by
+# the job's cache when the batch runs where the previous one did; the counters tell)
 LATE_ORDER = ("c", None, (13, 2, 30))
 EXPECTED_FINAL = {**EXPECTED, (13, 2): ("bob", 30)}
 
@@ -103,11 +104,11 @@ def produce(bootstrap: str, t: dict[str, str], say: Any) -> None:
 
 
 def done(status: dict[str, Any], bootstrap: str, t: dict[str, str], late: bool = False) -> bool:
-    """Every record read and the sink at the expected table (raises if the job failed)."""
+    """The sink at the expected table, which only every record together gives (raises if the
+    job failed)."""
     if status["state"] == "failed":
         raise RuntimeError(f"{PIPELINE} failed: {status['error']}")
-    n = len(records(t)) + (len(records(t, late=True)) if late else 0)
-    return status["rows_in"] >= n and sink_table(bootstrap, t["enriched"]) == (EXPECTED_FINAL if late else EXPECTED)
+    return sink_table(bootstrap, t["enriched"]) == (EXPECTED_FINAL if late else EXPECTED)
 
 
 def produce_late(bootstrap: str, t: dict[str, str], say: Any) -> None:
@@ -173,6 +174,6 @@ def report(status: dict[str, Any], bootstrap: str, t: dict[str, str], index_url:
     if table != EXPECTED_FINAL:
         say(f"\nWRONG: expected {EXPECTED_FINAL}")
         return False
-    say("\norder 12 followed its move to bob, the deleted order 11 is gone and order 13 found bob in the "
-        "cache, with no join state.")
+    say("\norder 12 followed its move to bob, the deleted order 11 is gone and the later order 13 joined bob, "
+        "with no join state.")
     return True
