@@ -235,10 +235,14 @@ def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str,
     def status_of() -> dict[str, Any]:
         return c.get(f"/v1/pipelines/{demo_delta.PIPELINE}/status").json()
 
-    _wait(lambda: demo_delta.done(status_of(), bootstrap, delta_topics), 300, f"{demo_delta.PIPELINE}'s sink table")
+    first = _wait(lambda: demo_delta.done(s := status_of(), bootstrap, delta_topics) and s, 300,
+                  f"{demo_delta.PIPELINE}'s sink table")
     demo_delta.produce_late(bootstrap, delta_topics, _say)
-    st = _wait(lambda: demo_delta.done(s := status_of(), bootstrap, delta_topics, late=True) and s, 120,
-               f"{demo_delta.PIPELINE}'s late order")
+    _wait(lambda: demo_delta.done(status_of(), bootstrap, delta_topics, late=True), 120,
+          f"{demo_delta.PIPELINE}'s late order")
+    # the sink is written before the job reports the batch: wait for that report too
+    st = _wait(lambda: (s := status_of())["last_batch_id"] is not None
+               and s["last_batch_id"] > (first["last_batch_id"] or -1) and s, 60, f"{demo_delta.PIPELINE}'s status")
     ok = demo_delta.report(st, bootstrap, delta_topics, index_url, _say)
     _say(f"\n$ curl -X POST {control.url}/v1/pipelines/{demo_delta.PIPELINE}/stop")
     r = c.post(f"/v1/pipelines/{demo_delta.PIPELINE}/stop")
