@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidemark.engine.errors import TidemarkError
@@ -146,6 +147,9 @@ def build_session(
         # A laptop-sized default: pipelines are many small batches, not one big one.
         "spark.sql.adaptive.enabled": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log_config(log_level)}",
+        # Python workers import pyspark from site-packages (bytecode cached), not from
+        # the pyspark.zip Spark puts first on their path: see worker_site/sitecustomize.py
+        "spark.executorEnv.PYTHONPATH": str(Path(__file__).parent / "worker_site"),
     }
     conf.update(extra_conf or {})
     builder = SparkSession.builder.appName(app_name).master(master)
