@@ -28,7 +28,6 @@ later step so that an undecodable record can be routed to the dead-letter topic.
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -226,25 +225,35 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        # timestamps travel as epoch milliseconds and become Arrow timestamps in one
+        # vectorized cast (a datetime object per record cost ~10% of the read)
+        millis = pa.timestamp("ms", tz="UTC")
+
+        def to_batch(columns: tuple[list, ...]) -> pa.RecordBatch:
+            arrays = [
+                pa.array(c, millis).cast(t.type) if i == 3 else pa.array(c, t.type)
+                for i, (c, t) in enumerate(zip(columns, arrow_schema))
+            ]
+            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
         columns: tuple[list, ...] = ([], [], [], [], [], [])
         for record in read_range(self.conf, partition.topic, partition.partition, partition.start, partition.end):
             for col, value in zip(columns, record):
                 col.append(value)
             if len(columns[0]) >= ARROW_BATCH_ROWS:
-                yield pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, arrow_schema)], schema=arrow_schema)
+                yield to_batch(columns)
                 columns = ([], [], [], [], [], [])
         if columns[0]:
-            yield pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(columns, arrow_schema)], schema=arrow_schema)
+            yield to_batch(columns)
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def read_range(
     conf: dict[str, Any], topic: str, partition: int, start: int, end: int, stall_timeout_s: float = STALL_TIMEOUT_S
-) -> Iterator[tuple[str, int, int, _dt.datetime | None, bytes | None, bytes | None]]:
+) -> Iterator[tuple[str, int, int, int | None, bytes | None, bytes | None]]:
     """Yield the records of ``topic[partition]`` with ``start <= offset < end``, as
-    ``(topic, partition, offset, timestamp, key, value)``. Ends when the consumer position
+    ``(topic, partition, offset, timestamp in epoch ms, key, value)``. Ends when the consumer position
     reaches ``end`` (markers and aborted records take offsets but are not returned)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -274,7 +283,7 @@ def read_range(
                 ts_type, ts = m.timestamp()
                 yield (
                     topic, partition, off,
-                    _EPOCH + _dt.timedelta(milliseconds=ts) if ts_type and ts >= 0 else None,
+                    ts if ts_type and ts >= 0 else None,
                     m.key(), m.value(),
                 )
             if position < end:
