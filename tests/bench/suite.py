@@ -294,9 +294,9 @@ def run_workload(wl: Any, args: argparse.Namespace, bootstrap: str, work: Path, 
 
 def run_suite(args: argparse.Namespace, bootstrap: str, work: Path) -> dict[str, Any]:
     names = [n.strip() for n in args.only.split(",")] if args.only else list(workloads.NAMES)
-    unknown = [n for n in names if n not in workloads.NAMES]
+    unknown = [n for n in [*names, *args.scale_of] if n not in workloads.NAMES]
     if unknown:
-        raise SystemExit(f"--only: unknown workload(s) {unknown}; expected some of {', '.join(workloads.NAMES)}")
+        raise SystemExit(f"--only/--scales: unknown workload(s) {unknown}; expected some of {', '.join(workloads.NAMES)}")
     results: dict[str, Any] = {
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -307,11 +307,12 @@ def run_suite(args: argparse.Namespace, bootstrap: str, work: Path) -> dict[str,
     sessions = Sessions(work, args.sessions, bootstrap, warmup=not args.no_warmup)
     try:
         for wname in names:
-            wl = workloads.generate(wname, args.scale, args.seed, work / wname / "input")
+            scale = args.scale_of.get(wname, args.scale)
+            wl = workloads.generate(wname, scale, args.seed, work / wname / "input")
             say(f"{wname}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
             runs = run_workload(wl, args, bootstrap, work, sessions, results)
             results["workloads"][wname] = {
-                "input_rows": wl.input_rows, "final_rows": len(wl.expected), "params": wl.params,
+                "scale": scale, "input_rows": wl.input_rows, "final_rows": len(wl.expected), "params": wl.params,
                 "runs": runs, "medians": summarize(runs), "ratios": ratios(wl, runs),
             }
             if not args.keep:
@@ -385,7 +386,7 @@ def render(results: dict[str, Any]) -> str:
         "",
     ]
     for wname, w in results["workloads"].items():
-        lines += [f"### {wname}", "", f"{w['input_rows']:,} input records, final table {w['final_rows']:,} rows "
+        lines += [f"### {wname}", "", f"Scale {w.get('scale', results['scale']):g}: {w['input_rows']:,} input records, final table {w['final_rows']:,} rows "
                   f"({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v}' for k, v in w['params'].items())}).", "",
                   "| system | variant | throughput rows/s (runs) | start-up s | peak RSS MB | state KB | of which materializer KB |",
                   "|---|---|---:|---:|---:|---:|---:|"]
@@ -446,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=None,
                     help=f"workload size multiplier (workloads.py; 1.0 = ~50k records each; default {FULL['scale']})")
     ap.add_argument("--repeats", type=int, default=None, help=f"default {FULL['repeats']}")
+    ap.add_argument("--scales", default="", help="per-workload scale overrides, e.g. W3=1.0 (the issue's 50,000 keys)")
     ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (default: all)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="markdown file whose suite section is regenerated")
@@ -467,6 +469,10 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, value)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    try:
+        args.scale_of = {k.strip(): float(v) for k, v in (x.split("=", 1) for x in args.scales.split(",") if x.strip())}
+    except ValueError:
+        ap.error(f"--scales: expected NAME=SCALE[,NAME=SCALE...], got {args.scales!r}")
 
     from tidemark.kafka.broker import EmbeddedBroker, configured_bootstrap
 

@@ -37,7 +37,7 @@ def test_quick_suite_runs_every_workload_with_equal_tables(tmp_path: Path) -> No
     assert results["ok"] and results["differences"] == []
     assert set(results["workloads"]) == set(workloads.NAMES)
     for name, w in results["workloads"].items():
-        wl = workloads.generate(name, results["scale"], results["seed"], tmp_path / "regen" / name)
+        wl = workloads.generate(name, w["scale"], results["seed"], tmp_path / "regen" / name)
         wanted = {f"flink:{v}" for v in wl.flink_variants} | {f"tidemark:{v}" for v in wl.tidemark_variants}
         assert set(w["medians"]) == wanted, name
         for run in w["runs"]:
