@@ -67,8 +67,10 @@ def _watch_stop(stop: threading.Event) -> None:
     if os.environ.get("TIDEMARK_EXIT_ON_STDIN_EOF") == "1":
 
         def read_until_eof() -> None:
-            with contextlib.suppress(Exception):
-                while sys.stdin.buffer.read(4096):
+            # the raw fd: a daemon thread blocked in sys.stdin.buffer.read holds the buffer's
+            # lock, and interpreter shutdown then aborts (SIGABRT) a job that ended normally
+            with contextlib.suppress(OSError):
+                while os.read(0, 4096):
                     pass
             stop.set()
 
