@@ -49,7 +49,6 @@ from tidemark.spark.keyed import (
     StageCrash,
     StageFailure,
     StageMetrics,
-    keyed_input,
     run_keyed_stage,
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
@@ -321,12 +320,8 @@ def build_query_frame(
                 inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
                 if index is not None and is_delta_join(stage):
                     return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending)
-                if not pending:
-                    return run_keyed_stage(inputs, stage, metrics, downstream=target)
-                emitted = run_keyed_stage(inputs, stage, metrics)
-                if target is None:
-                    return stateless_pass(emitted, pending)
-                return keyed_input(emitted, target[0], target[1], before=pending)
+                # a calc after the stage runs in the stage's own pass (``then``)
+                return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending)
 
             outputs[node.id] = _Output(build_keyed, [])
         elif node.stage is not None:
