@@ -347,6 +347,8 @@ def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...], timers: bool):
     from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
 
+    out_row = Row(*columns)  # a Row factory: no dict per emitted row
+
     class StageProcessor(StatefulProcessor):
         def init(self, handle):
             self.handle = handle
@@ -365,7 +367,7 @@ def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...], timers: bool):
                 if res.new_wakeup is not None:
                     self.handle.registerTimer(res.new_wakeup)
             for values in res.rows:
-                yield Row(**dict(zip(columns, values)))
+                yield out_row(*values)
 
         def handleInputRows(self, key, rows, timerValues):
             got = self.state.get()
