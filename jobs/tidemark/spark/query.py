@@ -174,11 +174,20 @@ def decode_batch(
             coord = (r["topic"], r["partition"], r["offset"])
             bad[coord] = {
                 "table": table, "format": decoder.spec.name, "topic": r["topic"],
-                "partition": r["partition"], "offset": r["offset"], "timestamp": r["timestamp"],
+                "partition": r["partition"], "offset": r["offset"], "timestamp": r.get("timestamp"),
                 "key": r["key"], "value": r["value"], "error_kind": err.kind,
                 "reason": f"{table} @ {r['topic']}/{r['partition']}/{r['offset']}: {err.reason}",
             }
     return changes, bad
+
+
+def _fill_timestamps(bad: dict[tuple, dict[str, Any]], records: list[dict[str, Any]], timestamps: Any) -> None:
+    """Give each bad record the source timestamp of its raw record (``timestamps``: the
+    batch's Arrow column, in ``records`` order)."""
+    for i, r in enumerate(records):
+        letter = bad.get((r["topic"], r["partition"], r["offset"]))
+        if letter is not None:
+            letter["timestamp"] = timestamps[i].as_py()
 
 
 def decode_pass(
@@ -197,7 +206,12 @@ def decode_pass(
         batch_id = _batch_id()
         bad: dict[tuple, dict[str, Any]] = {}
         for batch in batches:
-            cs, b = decode_batch(batch.to_pylist(), src, decoder, batch_id)
+            # without the timestamp column: a tz-aware datetime per record cost more than
+            # the JSON decode; only a dead letter needs it (filled in below)
+            records = batch.drop_columns(["timestamp"]).to_pylist()
+            cs, b = decode_batch(records, src, decoder, batch_id)
+            if b:
+                _fill_timestamps(b, records, batch.column("timestamp"))
             bad.update(b)
             for st in pre:
                 cs = st.process(cs)
