@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -565,6 +566,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--variant", default="")
     ap.add_argument("--max-records-per-trigger", type=int, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs, checkpoints, logs)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     import workloads
@@ -573,6 +575,8 @@ def main() -> None:
     w = workloads.generate(args.workload, args.scale, args.seed, work / "input")
     variant = args.variant or next(iter(w.tidemark_variants))
     with contextlib.ExitStack() as stack:
+        if not args.keep:
+            stack.callback(shutil.rmtree, work, True)
         bootstrap = configured_bootstrap()
         if bootstrap is None:
             bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
