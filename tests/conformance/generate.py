@@ -582,10 +582,11 @@ def reproductions() -> list[Workload]:
                      [_ev(3, "-D", 1, "c", "eu", 1), _ev(4, "+I", 3, "c", "eu", 1)]]},
                  expect={"flink": [[["c", "us", 1, 1]], [["c", "eu", 1, 1]]],
                          "truth": [[["c", "us", 1, 1]], [["c", "eu", 1, 1]]]}),
-        # Open difference (normalize): through an UPSERT source, a key inserted and deleted
-        # inside one batch re-creates group (c, eu) with its old value at seq 3-4; Flink's
+        # Fixed (normalize): through an UPSERT source, a key inserted and deleted inside one
+        # batch re-creates group (c, eu) with its old value at seq 3-4; Flink's
         # ChangelogNormalize passes +I and -D on, the aggregate emits the refresh, and the
-        # group's row is the latest. Tidemark's normalize nets the key to nothing.
+        # group's row is the latest. Tidemark's normalize used to net the key to nothing; it
+        # now passes every record's change on in position order.
         Workload(name="dedup-upsert-insert-delete-in-batch-no-refresh", shape="agg_by_sub_key",
                  strategy="DEDUPLICATE", seed=0, pks={"events": "id"},
                  sql="\n".join([

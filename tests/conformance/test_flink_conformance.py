@@ -82,7 +82,7 @@ REPRODUCTIONS = {w.name: w for w in generate.reproductions()}
 #: reproductions of differences where Tidemark is wrong (docs/conformance.md "Open differences");
 #: reported as xfail while Tidemark differs; passes once the stage is fixed (then the entry
 #: moves to ALIGNED, where a difference fails the test)
-OPEN_DIFFERENCES: set[str] = {"dedup-upsert-insert-delete-in-batch-no-refresh"}
+OPEN_DIFFERENCES: set[str] = set()
 #: former open differences, fixed in the stages: Tidemark must keep giving Flink's table
 ALIGNED = {
     "dedup-identical-copies-retract-oldest",
@@ -91,6 +91,7 @@ ALIGNED = {
     "dedup-identical-copies-retract-newest",
     "nothing-retracted-dropped-copy-keeps-shown-row",
     "nothing-retracted-shown-copy-equal-copy-active",
+    "dedup-upsert-insert-delete-in-batch-no-refresh",
 }
 
 

@@ -15,7 +15,6 @@ from stage_harness import Harness, c
 from tidemark.engine.stages.aggregate import AggCall, GroupAggregate
 from tidemark.engine.stages.join import Join
 from tidemark.engine.stages.materializer import SinkMaterializer
-from tidemark.engine.stages.normalize import Normalize
 
 
 def shown(h: Harness) -> list[tuple]:
@@ -102,26 +101,3 @@ def test_left_join_partner_added_and_removed_repads_at_the_later_position():
     join.run([c("+I", 1, 10, pos=1)], [])
     out = join.run([], [c("-D", 10, "x", pos=3), c("+I", 10, "x", pos=2)])
     assert out == [c("-U", 1, 10, None, None, pos=2), c("+U", 1, 10, None, None, pos=3)]
-
-
-# -- normalize ---------------------------------------------------------------------------------
-
-
-def test_normalize_identical_upsert_is_dropped_as_flink():
-    h = Harness(Normalize((0,), 2))
-    h.run([c("+I", 1, "a", pos=1)])
-    assert h.run([c("+U", 1, "a", pos=2)]) == []
-
-
-@pytest.mark.parametrize(
-    "batch",
-    [
-        [c("-D", 1, None, pos=2), c("+I", 1, "a", pos=3)],  # deleted and re-inserted
-        [c("+U", 1, "b", pos=2), c("+U", 1, "a", pos=3)],  # changed and changed back
-    ],
-)
-def test_normalize_row_back_to_its_value_is_refreshed(batch):
-    h = Harness(Normalize((0,), 2))
-    h.run([c("+I", 1, "a", pos=1)])
-    assert h.run(list(reversed(batch))) == [c("-U", 1, "a", pos=2), c("+U", 1, "a", pos=3)]
-    assert h.state == {(1,): (1, "a")}

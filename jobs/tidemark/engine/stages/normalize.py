@@ -2,23 +2,30 @@
 
 An upsert source (``upsert-json``) carries only the new row per key, or a tombstone. Joins,
 aggregates and materializers need exact before-images to retract, so this stage keeps the
-last row per primary key and emits the net change per key per batch: ``+I`` for a new key,
-``-U``/``+U`` for a changed row, ``-D`` for a deleted one, nothing when the row is unchanged.
+last row per primary key and turns every record into the change it makes: ``+I`` for a new
+key, ``-U``/``+U`` for a changed row, ``-D`` for a deleted one, nothing when the row is
+unchanged (an upsert identical to the current row is dropped, as Flink does with state TTL
+off). ``-U`` records carry no information in upsert mode (Flink ignores them too) and are
+dropped.
 
-Within a batch the records of one key form a *set*: the record with the greatest source
-position wins, whatever order the host delivers them in. At equal positions an upsert beats
-a delete (retractions before adds at the same position), and remaining ties are broken by the
-row's repr so the result never depends on arrival order. ``-U`` records carry no information
-in upsert mode (Flink ignores them too) and are dropped.
+Why every record and not the net change per key per batch: Flink's ``ChangelogNormalize``
+works record by record, so a key that passes through a row value inside one batch (inserted
+and deleted, updated into another group and out again) shows that visit downstream. An
+aggregate then re-emits the visited group and a sink ``ON CONFLICT DO DEDUPLICATE`` takes that
+row as its latest (conformance: ``dedup-upsert-insert-delete-in-batch-no-refresh``). A net
+change would lose the visit. Downstream stages consolidate per batch anyway (Z-sets with a
+refresh replay), so they see what Flink's see where it matters for results.
 
-Refresh: the batch's records are replayed in that order the way Flink's ``ChangelogNormalize``
-sees them one by one (an upsert identical to the current row is dropped, as Flink does with
-state TTL off). When the row ends the batch with the value it started with but some record in
-between changed it (deleted and re-inserted, or changed and changed back), Flink emitted
-changes for it and the row now sits at the later position downstream; Tidemark emits
-``-U X`` (position of the first change) / ``+U X`` (position of the last one) so positions
-downstream advance the same way (a sink ``ON CONFLICT DO DEDUPLICATE`` picks the latest row by
-position). A changed row is emitted at the position of the last record that changed it.
+Within a batch the records of one key form a *set*, replayed in source-position order,
+whatever order the host delivers them in. At equal positions a delete comes before an upsert
+(retractions before adds at the same position), and remaining ties are broken by the row's
+repr, so the output never depends on arrival order. Each change carries the position of the
+record that made it.
+
+Cost: a key with one record in the batch costs what it did with the net-change rule (one
+comparison, one to two changes out, no sort). A key with ``k`` changing records in one batch
+emits up to ``2k`` changes instead of at most 2, which downstream stages consolidate; the
+state is still one read and one write per key per batch.
 """
 
 from __future__ import annotations
@@ -27,10 +34,10 @@ from collections.abc import Sequence
 
 from tidemark.engine.changelog import (
     DELETE,
+    INSERT,
     UPDATE_AFTER,
     UPDATE_BEFORE,
     Change,
-    diff_to_changes,
 )
 from tidemark.engine.stage import BatchContext
 
@@ -51,45 +58,43 @@ class Normalize:
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: tuple | None, ctx: BatchContext
     ) -> tuple[tuple | None, list[Change]]:
-        records = [c for c in inputs[0] if c.kind != UPDATE_BEFORE]
+        records = inputs[0]
+        if len(records) > 1:
+            records = sorted((c for c in records if c.kind != UPDATE_BEFORE), key=_precedence)
+        elif records and records[0].kind == UPDATE_BEFORE:
+            return state, []
         if not records:
             return state, []
-        records.sort(key=_precedence)
-        winner = records[-1]
-        if winner.kind != DELETE and len(winner.row) != self.width:
-            raise ValueError(
-                f"{self.name}: row {winner.row!r} has {len(winner.row)} columns, "
-                f"expected {self.width}"
-            )
-        # Replay record by record: which records would have changed the row (Flink emits
-        # a change for each), the first and the last of them.
-        cur, first, last = state, None, None
+        # Record by record, as Flink's ChangelogNormalize: each record that changes the row
+        # emits that change at its own position.
+        cur = state
+        out: list[Change] = []
         for r in records:
-            nxt = None if r.kind == DELETE else tuple(r.row)
-            if nxt != cur:
-                cur = nxt
-                first = r.pos if first is None else first
-                last = r.pos
-        if cur is None:
-            if state is None:
-                # A tombstone for a key we never saw: nothing to retract. Counted, because
-                # it usually means lost state (TTL) or a topic compacted before we started.
-                if not any(r.is_add for r in records):
-                    ctx.metrics["retractions_without_state"] += 1
-                return None, []
-            return None, diff_to_changes(state, None, first)
-        if cur == state:
-            if last is None:
-                return state, []  # identical upserts only: Flink drops them
-            return state, [Change(UPDATE_BEFORE, state, first), Change(UPDATE_AFTER, state, last)]
-        if state is None:
-            return cur, diff_to_changes(None, cur, last)
-        # The old row stopped being current at the first changing record, the new one
-        # became current at the last (Flink emits at each): downstream "latest" decisions
-        # (an aggregate's output position, a materializer) see those positions.
-        return cur, [Change(UPDATE_BEFORE, state, first), Change(UPDATE_AFTER, cur, last)]
+            if r.kind == DELETE:
+                if cur is not None:
+                    out.append(Change(DELETE, cur, r.pos))
+                    cur = None
+                continue
+            nxt = tuple(r.row)
+            if len(nxt) != self.width:
+                raise ValueError(
+                    f"{self.name}: row {nxt!r} has {len(nxt)} columns, expected {self.width}"
+                )
+            if nxt == cur:
+                continue
+            if cur is None:
+                out.append(Change(INSERT, nxt, r.pos))
+            else:
+                out.append(Change(UPDATE_BEFORE, cur, r.pos))
+                out.append(Change(UPDATE_AFTER, nxt, r.pos))
+            cur = nxt
+        if state is None and not out:
+            # A tombstone for a key we never saw: nothing to retract. Counted, because it
+            # usually means lost state (TTL) or a topic compacted before we started.
+            ctx.metrics["retractions_without_state"] += 1
+        return cur, out
 
 
 def _precedence(c: Change) -> tuple:
-    """Greatest source position wins; at a tie an upsert beats a delete, then repr decides."""
+    """Source-position order; at a tie a delete comes before an upsert, then repr decides."""
     return (c.pos, 1 if c.is_add else 0, repr(c.row))
