@@ -46,13 +46,11 @@ compaction steps and make ``DO ERROR`` fail on conflict-free input.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -121,40 +119,12 @@ def run(jobs: list[dict], python: str | None = None, timeout_s: float | None = N
 # Flink side
 # --------------------------------------------------------------------------------------------
 
-def _flink_lib_dir() -> Path:
-    import pyflink
-
-    return Path(pyflink.__file__).resolve().parent / "lib"
-
-
 def build_jar() -> Path:
-    """Compile ``flink_java`` against this pyflink's jars (cached by source hash)."""
-    sources = sorted(JAVA_SRC.rglob("*.java")) + sorted(JAVA_SRC.rglob("META-INF/services/*"))
-    digest = hashlib.sha256()
-    lib = _flink_lib_dir()
-    digest.update(str(lib).encode())
-    for f in sources:
-        digest.update(f.relative_to(JAVA_SRC).as_posix().encode())
-        digest.update(f.read_bytes())
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tidemark-flink-bench"
-    jar = cache / f"tidemark-bench-{digest.hexdigest()[:16]}.jar"
-    if jar.exists():
-        return jar
-    cache.mkdir(parents=True, exist_ok=True)
-    classpath = os.pathsep.join(str(p) for p in sorted(lib.glob("*.jar")))
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath,
-                            *[str(f) for f in sources if f.suffix == ".java"]], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"compiling flink_java failed:\n{r.stderr}")
-        services = Path(tmp) / "META-INF" / "services"
-        services.mkdir(parents=True)
-        for f in JAVA_SRC.glob("META-INF/services/*"):
-            (services / f.name).write_bytes(f.read_bytes())
-        partial = jar.with_suffix(".tmp")
-        subprocess.run(["jar", "cf", str(partial), "-C", tmp, "."], check=True)
-        partial.replace(jar)
-    return jar
+    """The ``flink_java`` benchmark sink, compiled like the conformance oracle's connector."""
+    sys.path.insert(0, str(HERE.parent / "conformance"))
+    from flink_oracle import build_connector_jar
+
+    return build_connector_jar(JAVA_SRC, "tidemark-flink-bench")
 
 
 class RssSampler:

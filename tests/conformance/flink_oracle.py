@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -248,15 +249,23 @@ def flink_lib_dir() -> Path:
 
 def build_oracle_jar() -> Path:
     """Compile ``oracle_java`` against this pyflink's jars (cached by source hash)."""
-    sources = sorted(JAVA_SRC.rglob("*.java")) + sorted(JAVA_SRC.rglob("META-INF/services/*"))
+    return build_connector_jar(JAVA_SRC, "tidemark-oracle")
+
+
+def build_connector_jar(src: Path, name: str) -> Path:
+    """Compile the Java connector under ``src`` (sources and ``META-INF/services``) against
+    this pyflink's jars into ``~/.cache/<name>/<name>-<hash>.jar``. Keyed by a hash of the
+    sources and the Flink lib directory, so a changed connector or Flink is rebuilt and an
+    unchanged one costs nothing (shared by the oracle and the benchmark sink)."""
+    sources = sorted(src.rglob("*.java")) + sorted(src.rglob("META-INF/services/*"))
     digest = hashlib.sha256()
     lib = flink_lib_dir()
     digest.update(str(lib).encode())
     for f in sources:
-        digest.update(f.relative_to(JAVA_SRC).as_posix().encode())
+        digest.update(f.relative_to(src).as_posix().encode())
         digest.update(f.read_bytes())
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tidemark-flink-oracle"
-    jar = cache / f"tidemark-oracle-{digest.hexdigest()[:16]}.jar"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / name
+    jar = cache / f"{name}-{digest.hexdigest()[:16]}.jar"
     if jar.exists():
         return jar
     cache.mkdir(parents=True, exist_ok=True)
@@ -264,15 +273,15 @@ def build_oracle_jar() -> Path:
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         java_files = [str(f) for f in sources if f.suffix == ".java"]
         for tool in ("javac", "jar"):
-            if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-                raise RuntimeError(f"the Flink oracle needs a JDK 17 ({tool} not found on PATH)")
+            if shutil.which(tool) is None:
+                raise RuntimeError(f"compiling {name} needs a JDK 17 ({tool} not found on PATH)")
         r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath, *java_files],
                            capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"compiling the oracle connector failed:\n{r.stderr}")
+            raise RuntimeError(f"compiling {name} failed:\n{r.stderr}")
         services = Path(tmp) / "META-INF" / "services"
         services.mkdir(parents=True)
-        for f in JAVA_SRC.glob("META-INF/services/*"):
+        for f in src.glob("META-INF/services/*"):
             (services / f.name).write_bytes(f.read_bytes())
         partial = jar.with_suffix(".tmp")
         subprocess.run(["jar", "cf", str(partial), "-C", tmp, "."], check=True)
