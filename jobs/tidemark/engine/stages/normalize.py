@@ -22,10 +22,13 @@ whatever order the host delivers them in. At equal positions a delete comes befo
 repr, so the output never depends on arrival order. Each change carries the position of the
 record that made it.
 
-Cost: a key with one record in the batch costs what it did with the net-change rule (one
-comparison, one to two changes out, no sort). A key with ``k`` changing records in one batch
-emits up to ``2k`` changes instead of at most 2, which downstream stages consolidate; the
-state is still one read and one write per key per batch.
+Cost: a key with one record in the batch does not get more expensive than with the old
+net-change rule (no sort, no copy of its records: measured 0.5-1.7 us per key and batch vs
+1.8-3.2 us before, ad-hoc ``timeit`` of ``process_key`` on this 2-core machine under load). A
+key with ``k`` records in one batch pays the sort as before but emits up to ``2k`` changes
+instead of at most 2 (about 1.8x the stage time at k=5..50: 14 vs 8 us, 111 vs 61 us), and
+downstream stages consolidate them per batch; state is still one read and one write per key
+per batch.
 """
 
 from __future__ import annotations
