@@ -100,27 +100,17 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     async def _plan(_req: Request, exc: planning.PlanRejected) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "kind": exc.kind}, status_code=422)
 
-    @app.exception_handler(NotFound)
-    async def _missing(_req: Request, exc: NotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
+    # errors that are the caller's or a dependency's, never a 5xx with a stack trace; a
+    # delta join's tables that could not be registered with the index service leave the
+    # pipeline unregistered (502: that service is unusable, unreachable or refuses our token)
+    statuses = {NotFound: 404, Conflict: 409, RegistryUnavailable: 503, IndexUnavailable: 502, IndexConflict: 409}
 
-    @app.exception_handler(Conflict)
-    async def _conflict(_req: Request, exc: Conflict) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
+    async def _by_status(_req: Request, exc: Exception) -> JSONResponse:
+        status = next(statuses[t] for t in type(exc).__mro__ if t in statuses)  # subclasses too
+        return JSONResponse({"detail": str(exc)}, status_code=status)
 
-    @app.exception_handler(RegistryUnavailable)
-    async def _unavailable(_req: Request, exc: RegistryUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    # a delta join's tables could not be registered with the index service: the pipeline
-    # is not registered; 502 when that service is unusable (unreachable, refuses our token)
-    @app.exception_handler(IndexUnavailable)
-    async def _index_down(_req: Request, exc: IndexUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=502)
-
-    @app.exception_handler(IndexConflict)
-    async def _index_conflict(_req: Request, exc: IndexConflict) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
+    for error_type in statuses:
+        app.add_exception_handler(error_type, _by_status)
 
     @app.exception_handler(IndexRejected)
     async def _index_rejected(_req: Request, exc: IndexRejected) -> JSONResponse:
