@@ -35,6 +35,16 @@ What is measured, per job (parallelism 2, state backend RocksDB unless the spec 
   (the materializer before it is keyed by the sink PK, so subtasks hold disjoint keys) and
   dumps it at end-of-input. ``'materialize' = 'false'`` makes it a counting blackhole (same
   clock), to measure what keeping the table costs.
+- A job given ``cap_s`` (or one that reaches ``timeout_s``) is cancelled at that time and
+  reported with ``capped: true``, ``ok: false``, no table, and how far it got:
+  ``records_in`` = records that entered the sink materializer's job vertex (the writer's when
+  there is no materializer), read from the vertex's IO metrics (``read-records`` of
+  ``/jobs/<id>``) after the cancellation, ``elapsed_s`` = cap time - job RUNNING, and
+  ``throughput_upper_rows_s`` = ``records_in / elapsed_s``. Why an upper bound: the count is
+  read once the tasks have stopped, so it includes what passed between the cap and the
+  cancellation, never less than what had passed at the cap. It bounds the whole run's
+  throughput from above when the job slows down as it goes (W3's LEGACY materializer: every
+  record rewrites a list as long as the history so far), which is why a cap is worth it there.
 
 ``DO NOTHING``/``DO ERROR`` need watermarks in Flink 2.3 (workloads.Workload.flink_sql adds a
 constant rowtime); periodic watermarks are disabled (``pipeline.auto-watermark-interval`` = 0),
@@ -79,8 +89,10 @@ BASE_CONFIG = {
 # --------------------------------------------------------------------------------------------
 
 def job_spec(workload: Any, variant: str, work_dir: Path, materialize: bool = True,
-             backend: str = "rocksdb", checkpoint_interval: str = "10 s", timeout_s: float = 1800) -> dict:
-    """One job of the spec: ``workload`` (a workloads.Workload) in Flink variant ``variant``."""
+             backend: str = "rocksdb", checkpoint_interval: str = "10 s", timeout_s: float = 1800,
+             cap_s: float | None = None) -> dict:
+    """One job of the spec: ``workload`` (a workloads.Workload) in Flink variant ``variant``.
+    ``cap_s``: cancel the job after that many seconds and report its progress (``capped``)."""
     job_dir = Path(work_dir) / f"{workload.name}-{variant}-{'collect' if materialize else 'count'}"
     if job_dir.exists():
         shutil.rmtree(job_dir)
@@ -99,6 +111,7 @@ def job_spec(workload: Any, variant: str, work_dir: Path, materialize: bool = Tr
         "backend": backend,
         "checkpoint_interval": checkpoint_interval,
         "timeout_s": timeout_s,
+        "cap_s": cap_s,
     }
 
 
@@ -218,7 +231,7 @@ class Runner:
                 client = tr.get_job_client()
                 job_id = str(client.get_job_id())
                 future = client._j_job_client.getJobExecutionResult()
-                error = self._drive(job, job_id, future, sink_dir)
+                error, capped_at_ms = self._drive(job, job_id, future, sink_dir)
         except Exception as e:  # rejected at planning
             res["error"] = _java_error(e)
             return res
@@ -235,6 +248,12 @@ class Runner:
         running_ms = info["timestamps"].get("RUNNING") or info["start-time"]
         res["job_seconds"] = round((info["end-time"] - running_ms) / 1000, 3) if info.get("end-time", -1) > 0 else None
         self._state(job_id, res)
+        if capped_at_ms is not None:
+            res.update(capped=True, cap_s=job.get("cap_s") or job["timeout_s"],
+                       **progress(info["vertices"], job["input_rows"], running_ms, capped_at_ms))
+            res["error"] = (f"{error}: {res['records_in']:,} of {job['input_rows']:,} records reached "
+                            f"{res['records_in_vertex'] or 'the sink'} in {res['elapsed_s']} s")
+            return res
         if error:
             res["error"] = error
             return res
@@ -259,16 +278,25 @@ class Runner:
         res["ok"] = True
         return res
 
-    def _drive(self, job: dict, job_id: str, future: Any, sink_dir: Path) -> str | None:
+    def _drive(self, job: dict, job_id: str, future: Any, sink_dir: Path) -> tuple[str | None, int | None]:
         """Wait for end-of-input at every sink subtask, then trigger the final checkpoint
         (repeatedly: one triggered while a task is still finishing is not the final one) until
-        the job ends. Returns the job's error, if it failed."""
-        deadline = time.time() + job["timeout_s"]
+        the job ends. Returns the job's error, if it failed, and the epoch ms at which it was
+        cancelled for reaching its cap or timeout (None when it ran to its end)."""
+        cap = job.get("cap_s")
+        limit = min(cap, job["timeout_s"]) if cap else job["timeout_s"]
+        deadline = time.time() + limit
         n_sinks = None
         while not future.isDone():
             if time.time() > deadline:
+                capped_at_ms = int(time.time() * 1000)
                 _cancel(self.port, job_id)
-                return f"timed out after {job['timeout_s']}s"
+                try:  # wait for the tasks to stop: their final IO metrics are then exact
+                    future.get()
+                except Exception:  # noqa: BLE001 - the cancellation itself
+                    pass
+                what = "capped" if cap and cap <= job["timeout_s"] else "timed out"
+                return f"{what} at {limit:g} s", capped_at_ms
             if n_sinks is None:
                 n_sinks = _sink_parallelism(self.port, job_id)
             if n_sinks and len(list(sink_dir.glob("part-*.json"))) >= n_sinks:
@@ -277,8 +305,8 @@ class Runner:
         try:
             future.get()
         except Exception as e:
-            return _java_error(e)
-        return None
+            return _java_error(e), None
+        return None, None
 
     def _state(self, job_id: str, res: dict) -> None:
         try:
@@ -300,6 +328,20 @@ class Runner:
                                       for vid, t in (details.get("tasks") or {}).items()}
         except Exception as e:  # noqa: BLE001
             res["state_error"] = str(e)
+
+
+def progress(vertices: list[dict], input_rows: int, running_ms: int, capped_at_ms: int) -> dict[str, Any]:
+    """How far a cancelled job got: records into the materializer's vertex (else the sink
+    writer's), from the ``vertices`` of ``/jobs/<id>`` read after the tasks stopped."""
+    by_vertex = {v["name"][:160]: (v.get("metrics") or {}).get("read-records") for v in vertices}
+    exact = all((v.get("metrics") or {}).get("read-records-complete", False) for v in vertices)
+    pick = (next((n for n in by_vertex if "SinkMaterializer" in n), None)
+            or next((n for n in by_vertex if "Writer" in n), None))
+    records = int(by_vertex.get(pick) or 0) if pick else 0
+    elapsed = max((capped_at_ms - running_ms) / 1000, 1e-3)
+    return {"records_in": records, "records_in_vertex": pick, "records_in_exact": exact,
+            "records_in_by_vertex": by_vertex, "elapsed_s": round(elapsed, 3),
+            "throughput_upper_rows_s": round(records / elapsed, 1), "capped_fraction": round(records / max(input_rows, 1), 4)}
 
 
 def _sink_parallelism(port: int, job_id: str) -> int | None:
