@@ -47,16 +47,8 @@ from tidemark.kafka.broker import configured_bootstrap, embedded_broker  # noqa:
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
 N_S2 = 100
 
-SQL = """
-CREATE TABLE s1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED)
-  WITH ('topic' = '{s1}', 'format' = 'debezium-json');
-CREATE TABLE s2 (id BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED)
-  WITH ('topic' = '{s2}', 'format' = 'debezium-json');
-CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED)
-  WITH ('topic' = '{t1}', 'format' = 'upsert-json');
-INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1 JOIN s2 ON s1.level = s2.id
-  ON CONFLICT DO DEDUPLICATE;
-"""
+#: the README's s1/s2 join, its topics renamed per repetition
+EXAMPLE_SQL = Path(__file__).resolve().parents[2] / "examples" / "s1_s2_join.sql"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -77,7 +69,10 @@ class Setup:
         ensure_topics(bootstrap, {self.s1: 2, self.s2: 2})
         ensure_topics(bootstrap, {self.t1: 1}, compacted=True)
         self.sql = self.workdir / "join.sql"
-        self.sql.write_text(SQL.format(s1=self.s1, s2=self.s2, t1=self.t1), encoding="utf-8")
+        sql = EXAMPLE_SQL.read_text(encoding="utf-8")
+        for table, topic in (("s1", self.s1), ("s2", self.s2), ("t1", self.t1)):
+            sql = sql.replace(f"'topic' = '{table}'", f"'topic' = '{topic}'")
+        self.sql.write_text(sql, encoding="utf-8")
         self.checkpoint = self.workdir / "checkpoint"
         self.status = self.workdir / "status.jsonl"
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -30,6 +31,14 @@ from tidemark.spark.progress import BatchReport
 from tidemark.spark.query import decode_batch, source_tables
 
 _TOPIC = re.compile(r"'topic'\s*=\s*'([^']+)'")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example_sql(file: str, topics: Mapping[str, str]) -> str:
+    """A pipeline of ``examples/`` with its ``'topic' = 'x'`` options renamed by ``topics``
+    (x -> new name; others kept): tests run the documented SQL, not a copy of it."""
+    sql = (EXAMPLES / file).read_text(encoding="utf-8")
+    return _TOPIC.sub(lambda m: f"'topic' = '{topics.get(m.group(1), m.group(1))}'", sql)
 
 
 def unique_topics(sql: str, tag: str = "") -> tuple[str, dict[str, str]]:

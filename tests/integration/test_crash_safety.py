@@ -37,22 +37,14 @@ from tidemark.kafka.read import materialize_upsert, read_topic
 from tidemark.kafka.transactional import read_exactly_once
 from tidemark.spark.job import run_id_of
 
+from run_support import example_sql
+
 pytestmark = pytest.mark.integration
 
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
 SEED = int(os.environ.get("TIDEMARK_CRASH_SEED", "20261122"))
 PHASE_TIMEOUT_S = 420
 
-SQL = """
-CREATE TABLE s1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED)
-  WITH ('topic' = '{s1}', 'format' = 'debezium-json');
-CREATE TABLE s2 (id BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED)
-  WITH ('topic' = '{s2}', 'format' = 'debezium-json');
-CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED)
-  WITH ('topic' = '{t1}', 'format' = 'upsert-json');
-INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1 JOIN s2 ON s1.level = s2.id
-  ON CONFLICT DO DEDUPLICATE;
-"""
 
 #: one of each kind of bad record the decode step routes to the DLQ
 BAD_VALUES = [
@@ -292,7 +284,7 @@ def crash_and_recover(kafka_bootstrap, make_topic, tmp_path, *, n_events: int, c
     rng = random.Random(seed)
     topics = {"s1": make_topic("s1", partitions=2), "s2": make_topic("s2", partitions=2)}
     sink = make_topic("t1", compacted=True)
-    sql = SQL.format(s1=topics["s1"], s2=topics["s2"], t1=sink)
+    sql = example_sql("s1_s2_join.sql", {**topics, "t1": sink})
     sql_file = tmp_path / "crash.sql"
     sql_file.write_text(sql, encoding="utf-8")
     name = f"crash-{rng.getrandbits(32):08x}"
