@@ -87,12 +87,13 @@ class MaterializerLike:
 
 
 def _tws_pandas_operator(inputs, stage, metrics):
-    """transformWithStateInPandas: same one-value-state design as keyed.py's row-based
-    transformWithState, with pandas frames in and out (measured, not offered)."""
+    """transformWithStateInPandas: keyed.py's value-state design (one key per group
+    here, as measured before state buckets), with pandas frames in and out (measured, not
+    offered)."""
     import pandas as pd
     from pyspark.sql.streaming import StatefulProcessor
 
-    runner = K._KeyRunner(stage, metrics.accumulator if metrics else None, None)
+    runner = K._BucketRunner(stage, metrics.accumulator if metrics else None, None)
 
     class Proc(StatefulProcessor):
         def init(self, handle):
@@ -105,8 +106,8 @@ def _tws_pandas_operator(inputs, stage, metrics):
             def changes():
                 for pdf in rows:
                     yield from zip(
-                        pdf["input"].tolist(), pdf["kind"].tolist(), pdf["row"].tolist(),
-                        pdf["pos"].tolist(),
+                        pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
+                        pdf["row"].tolist(), pdf["pos"].tolist(),
                     )
 
             res = runner.run(changes(), old, int(time.time() * 1000))

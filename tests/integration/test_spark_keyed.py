@@ -145,17 +145,24 @@ def _del(row, pos):
     return Change("-D", row, (pos,))
 
 
+def buckets_of(state: dict, buckets: int = K.DEFAULT_STATE_BUCKETS) -> int:
+    """State-store rows a host keeps for these keys' states: one per state bucket."""
+    return len({K.bucket_of(K.encode_key(k), buckets) for k in state})
+
+
 # ---------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("operator", K.OPERATORS)
-def test_counting_stage_matches_python_host_across_restart(spark, spark_stream, operator):
+@pytest.mark.parametrize(("operator", "buckets"), [(op, K.DEFAULT_STATE_BUCKETS) for op in K.OPERATORS]
+                         + [("transformWithState", 1)])
+def test_counting_stage_matches_python_host_across_restart(spark, spark_stream, operator, buckets):
+    """``buckets=1``: every key's state in one bucket (read, updated, shrunk, restored)."""
     stage = CountingStage()
     metrics = K.StageMetrics(spark)
 
     def build(source):
         keyed = K.keyed_input(source.filter("input = 0"), stage)
-        return K.run_keyed_stage([keyed], stage, metrics=metrics, operator=operator)
+        return K.run_keyed_stage([keyed], stage, metrics=metrics, operator=operator, buckets=buckets)
 
     batches = [
         # several rows for one key, keys with one row, and a key written twice
@@ -174,12 +181,13 @@ def test_counting_stage_matches_python_host_across_restart(spark, spark_stream, 
         got = stream.run_batch(inputs)
         want = ref.run(inputs)
         assert bag(got) == bag(want), f"batch {i}"
-        assert K.state_rows_total(stream.query) == len(ref.state), f"state rows after batch {i}"
+        assert K.state_rows_total(stream.query) == buckets_of(ref.state, buckets), f"state rows after batch {i}"
     assert metrics.value() == ref.metrics
     assert metrics.value()["counting.keys_removed"] == 2  # c, then b
 
 
-def test_join_then_materializer_in_one_query_matches_python_hosts(spark, spark_stream):
+@pytest.mark.parametrize("buckets", [K.DEFAULT_STATE_BUCKETS, 1])
+def test_join_then_materializer_in_one_query_matches_python_hosts(spark, spark_stream, buckets):
     """The real stages, chained: s1 LEFT JOIN s2 ON s1.level = s2.id, then the sink
     materializer (DO DEDUPLICATE, PK s1.id); the join emits straight into the
     materializer's keyed layout (``downstream``), so two stateful operators run in one
@@ -191,8 +199,8 @@ def test_join_then_materializer_in_one_query_matches_python_hosts(spark, spark_s
     def build(source):
         left = K.keyed_input(source.filter("input = 0"), join, 0)
         right = K.keyed_input(source.filter("input = 1"), join, 1)
-        joined = K.run_keyed_stage([left, right], join, metrics=metrics, downstream=(mat, 0))
-        return K.run_keyed_stage([joined], mat, metrics=metrics)
+        joined = K.run_keyed_stage([left, right], join, metrics=metrics, downstream=(mat, 0), buckets=buckets)
+        return K.run_keyed_stage([joined], mat, metrics=metrics, buckets=buckets)
 
     s1 = lambda kind, i, lvl, pos: Change(kind, (i, lvl), (pos,))  # noqa: E731
     s2 = lambda kind, i, attr, pos: Change(kind, (i, attr), (pos,))  # noqa: E731
@@ -214,7 +222,7 @@ def test_join_then_materializer_in_one_query_matches_python_hosts(spark, spark_s
         assert bag(got) == bag(want), f"batch {i}"
         # state_operators lists the operator nearest the sink first: materializer, join
         rows = [op["numRowsTotal"] for op in K.state_operators(stream.query.lastProgress)]
-        assert rows == [len(ref_mat.state), len(ref_join.state)], f"state rows after batch {i}"
+        assert rows == [buckets_of(ref_mat.state, buckets), buckets_of(ref_join.state, buckets)], f"state rows after batch {i}"
     ops = K.state_operators(stream.query.lastProgress)
     assert len(ops) == 2
     assert sum(op["numRowsTotal"] for op in ops) == 0  # join and materializer both empty
@@ -254,26 +262,36 @@ def test_batch_id_and_processing_time_reach_the_stage(spark, spark_stream):
     assert seen[0] <= seen[1]
 
 
-def test_stage_timer_wakes_a_key_without_records_exactly_once(spark, spark_stream):
+@pytest.mark.parametrize("buckets", [K.DEFAULT_STATE_BUCKETS, 1])
+def test_stage_timer_wakes_a_key_without_records_exactly_once(spark, spark_stream, buckets):
+    """With one bucket, every key shares one state value and one timer: each key must
+    still be woken once, at its own time, and a key added later gets its own wakeup."""
     stage = WakeupStage()
     metrics = K.StageMetrics(spark)
     stream = spark_stream(
-        lambda source: K.run_keyed_stage([K.keyed_input(source, stage)], stage, metrics=metrics)
+        lambda source: K.run_keyed_stage([K.keyed_input(source, stage)], stage, metrics=metrics, buckets=buckets)
     )
-    stream.write_batch([[_ins(("a", 1), 1)]])
+    stream.write_batch([[_ins(("a", 1), 1), _ins(("b", 1), 2)]])
 
     def rows(outputs):
         return [(b, c.row) for b, cs in sorted(outputs.items()) for c in cs]
 
-    stream.wait_for(lambda out: any(r[1] == "woke" for _, r in rows(out)))
-    (seen_batch,) = [b for b, r in rows(stream.outputs) if r[1] == "seen"]
-    (woke_batch,) = [b for b, r in rows(stream.outputs) if r[1] == "woke"]
-    assert woke_batch > seen_batch
-    assert rows(stream.outputs)[-1][1] == ("a", "woke", woke_batch)  # ctx.batch_id is Spark's
-    # no-data batches keep running: the timer must not fire again
-    stream.wait_for(lambda out: max(out) >= woke_batch + 3)
-    assert [r for _, r in rows(stream.outputs) if r[1] == "woke"] == [("a", "woke", woke_batch)]
-    assert metrics.value()["wakeup.woken"] == 1
+    def woke(key):
+        return [b for b, r in rows(stream.outputs) if r[:2] == (key, "woke")]
+
+    stream.wait_for(lambda out: {r[0] for _, r in rows(out) if r[1] == "woke"} == {"a", "b"})
+    for key in ("a", "b"):
+        (seen_batch,) = [b for b, r in rows(stream.outputs) if r[:2] == (key, "seen")]
+        (woke_batch,) = woke(key)
+        assert woke_batch > seen_batch
+        assert (woke_batch, (key, "woke", woke_batch)) in rows(stream.outputs)  # ctx.batch_id is Spark's
+    stream.write_batch([[_ins(("c", 1), 3)]])
+    stream.wait_for(lambda out: any(r[:2] == ("c", "woke") for _, r in rows(out)))
+    # no-data batches keep running: no timer may fire again
+    last = max(stream.outputs)
+    stream.wait_for(lambda out: max(out) >= last + 3)
+    assert [len(woke(k)) for k in "abc"] == [1, 1, 1]
+    assert metrics.value()["wakeup.woken"] == 3
 
 
 def test_normalize_then_aggregate_matches_python_hosts(spark, spark_stream):

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tidemark.cli.run import QuietBatches
 from tidemark.engine.pipeline import compile_sql
 from tidemark.formats import decoder_for
-from tidemark.spark.job import run_id_of
+from tidemark.spark.job import JobError, run_id_of, run_info_of
+from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS
 from tidemark.spark.progress import BatchReport, SinkBatch, StatusFile, lag_of, report_from
 from tidemark.spark.query import decode_batch, source_tables
 
@@ -92,7 +95,6 @@ def test_decode_routes_good_changes_with_positions_and_bad_records_by_coordinate
 
 
 def test_two_tables_on_one_topic_are_refused():
-    import pytest
 
     from tidemark.engine.errors import PlanError
 
@@ -105,6 +107,31 @@ def test_run_id_is_made_with_the_checkpoint_and_kept(tmp_path):
     first = run_id_of(str(tmp_path / "cp"))
     assert run_id_of(str(tmp_path / "cp")) == first  # a restart continues the same writers
     assert run_id_of(str(tmp_path / "other")) != first  # a fresh checkpoint gets fresh writers
+
+
+def test_state_buckets_are_fixed_when_the_checkpoint_is_created(tmp_path):
+    cp = str(tmp_path / "cp")
+    assert run_info_of(cp, 64).state_buckets == 64
+    assert run_info_of(cp).state_buckets == 64  # a restart without the option keeps them
+    assert run_info_of(cp, 64).state_buckets == 64
+    with pytest.raises(JobError, match=r"keeps keyed state in 64 buckets; --state-buckets 128 would not find it"):
+        run_info_of(cp, 128)
+    assert run_info_of(str(tmp_path / "new")).state_buckets == DEFAULT_STATE_BUCKETS
+
+
+def test_a_checkpoint_with_per_key_state_is_refused_by_name(tmp_path):
+    """Checkpoints written before state buckets record only a run id. With state in them
+    they cannot be read; without (the job never ran a batch) they simply get buckets."""
+    old = tmp_path / "old"
+    (old / "state").mkdir(parents=True)
+    (old / "tidemark-run.json").write_text(json.dumps({"run_id": "abc"}), encoding="utf-8")
+    with pytest.raises(JobError, match=f"checkpoint {old} was written by an older Tidemark"):
+        run_info_of(str(old))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "tidemark-run.json").write_text(json.dumps({"run_id": "abc"}), encoding="utf-8")
+    assert run_info_of(str(empty)) == run_info_of(str(empty), DEFAULT_STATE_BUCKETS)
+    assert run_info_of(str(empty)).run_id == "abc"
 
 
 def test_empty_batches_are_shown_only_as_a_heartbeat():

@@ -117,6 +117,12 @@ def run(
         typer.Option("--index-token", envvar="TIDEMARK_INDEX_TOKEN", show_envvar=True,
                      help="Bearer token of the --index-url service (registering tables, releasing fences)."),
     ] = None,
+    state_buckets: Annotated[
+        int | None,
+        typer.Option("--state-buckets", min=1,
+                     help="State buckets per keyed stage, fixed when the checkpoint is created (default 256). "
+                          "Fewer: fewer state calls per batch; more: less state rewritten per touched bucket."),
+    ] = None,
 ) -> None:
     """Run a pipeline on Spark from Kafka to Kafka."""
     from tidemark.spark.progress import StatusFile
@@ -127,6 +133,7 @@ def run(
         code = _run(
             file, bootstrap_servers, checkpoint, master, until_idle, max_records_per_trigger, name,
             trigger_interval, registry_url, log_file, verbose, status, term, index_url, index_token,
+            state_buckets=state_buckets,
         )
     except TidemarkError as err:
         status.emit("error", message=str(err))
@@ -149,7 +156,7 @@ def _run(
     file: Path, bootstrap_servers: str | None, checkpoint: str | None, master: str | None,
     until_idle: bool, max_records_per_trigger: int | None, name: str | None, trigger_interval: str,
     registry_url: str | None, log_file: Path | None, verbose: bool, status: Any, term: TextIO,
-    index_url: str | None = None, index_token: str | None = None,
+    index_url: str | None = None, index_token: str | None = None, state_buckets: int | None = None,
 ) -> int:
     from tidemark.engine.pipeline import compile_sql
     from tidemark.kafka.broker import configured_bootstrap
@@ -187,7 +194,8 @@ def _run(
         log_path = None if verbose else (log_file or Path(checkpoint) / "driver.log")
         _quiet_fds(log_path)
         return _run_job(pipeline, name, bootstrap, checkpoint, master, until_idle, max_records_per_trigger,
-                        trigger_interval, registry_url, log_path, status, stop, term, index_url, index_token)
+                        trigger_interval, registry_url, log_path, status, stop, term, index_url, index_token,
+                        state_buckets=state_buckets)
 
 
 class QuietBatches:
@@ -226,7 +234,7 @@ def _run_job(
     pipeline: Any, name: str, bootstrap: str, checkpoint: str, master: str | None, until_idle: bool,
     max_records_per_trigger: int | None, trigger_interval: str, registry_url: str | None,
     log_path: Path | None, status: Any, stop: threading.Event, term: TextIO,
-    index_url: str | None = None, index_token: str | None = None,
+    index_url: str | None = None, index_token: str | None = None, state_buckets: int | None = None,
 ) -> int:
     from tidemark.spark.job import JobError, PipelineJob
     from tidemark.spark.progress import TerminalProgress
@@ -256,7 +264,7 @@ def _run_job(
     job = PipelineJob(
         spark, pipeline, bootstrap, checkpoint, name=name, max_records_per_trigger=max_records_per_trigger,
         registry_url=registry_url, trigger_interval=trigger_interval, on_batch=on_batch,
-        index_url=index_url, index_token=index_token,
+        index_url=index_url, index_token=index_token, state_buckets=state_buckets,
     )
     try:
         created = job.ensure_topics()

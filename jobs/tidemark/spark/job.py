@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
-from tidemark.spark.keyed import StageMetrics, has_timers, stage_error_from
+from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, report_from
 from tidemark.spark.query import DeadLetterAccumulator, build_query_frame, source_tables
 
@@ -58,20 +58,49 @@ def default_checkpoint(name: str) -> str:
     return os.path.join("checkpoints", name)
 
 
-def run_id_of(checkpoint: str) -> str:
-    """The id of the run a checkpoint belongs to, created with it (see module docstring).
-    Checkpoints on a non-local file system (``scheme://``) use the checkpoint path."""
+@dataclass(frozen=True)
+class RunInfo:
+    """What a checkpoint fixes for its whole life, recorded in ``tidemark-run.json`` when it
+    is created: the transactional writers' run id, and the state bucket count of the keyed
+    stages (``tidemark.spark.keyed``: a key found in bucket ``crc32(key) mod N`` must be
+    looked up with the same N after a restart)."""
+
+    run_id: str
+    state_buckets: int
+
+
+def run_info_of(checkpoint: str, state_buckets: int | None = None) -> RunInfo:
+    """The checkpoint's ``RunInfo``, created with it. ``state_buckets`` (None: the recorded
+    count, or ``DEFAULT_STATE_BUCKETS`` for a new checkpoint) must match what the checkpoint
+    records. Checkpoints on a non-local file system (``scheme://``) keep no file: their run
+    id comes from the path, and the bucket count must be given the same on every run."""
     if "://" in checkpoint and not checkpoint.startswith("file://"):
-        return uuid.uuid5(uuid.NAMESPACE_URL, checkpoint).hex[:12]
+        return RunInfo(uuid.uuid5(uuid.NAMESPACE_URL, checkpoint).hex[:12], state_buckets or DEFAULT_STATE_BUCKETS)
     path = Path(checkpoint.removeprefix("file://")) / RUN_FILE
-    if path.exists():
-        return str(json.loads(path.read_text(encoding="utf-8"))["run_id"])
+    recorded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if "state_buckets" in recorded:
+        if state_buckets is not None and state_buckets != recorded["state_buckets"]:
+            raise JobError(
+                f"checkpoint {checkpoint} keeps keyed state in {recorded['state_buckets']} buckets; "
+                f"--state-buckets {state_buckets} would not find it (drop the option, or start a new checkpoint)"
+            )
+        return RunInfo(str(recorded["run_id"]), int(recorded["state_buckets"]))
+    if recorded and (path.parent / "state").exists():
+        raise JobError(
+            f"checkpoint {checkpoint} was written by an older Tidemark that kept one state value "
+            "per key; this version keeps state in buckets and cannot read it: start a new checkpoint"
+        )
+    info = RunInfo(str(recorded.get("run_id") or uuid.uuid4().hex[:12]), state_buckets or DEFAULT_STATE_BUCKETS)
     path.parent.mkdir(parents=True, exist_ok=True)
-    run_id = uuid.uuid4().hex[:12]
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"run_id": run_id}), encoding="utf-8")
+    tmp.write_text(json.dumps({"run_id": info.run_id, "state_buckets": info.state_buckets}), encoding="utf-8")
     os.replace(tmp, path)
-    return run_id
+    return info
+
+
+def run_id_of(checkpoint: str) -> str:
+    """The id of the run a checkpoint belongs to (see ``run_info_of``)."""
+    return run_info_of(checkpoint).run_id
 
 
 @dataclass
@@ -119,6 +148,7 @@ class PipelineJob:
         source_options: dict[str, str] | None = None,
         index_url: str | None = None,
         index_token: str | None = None,
+        state_buckets: int | None = None,
     ):
         from tidemark.spark.delta import delta_joins
         from tidemark.spark.index_service import JobIndex
@@ -135,7 +165,9 @@ class PipelineJob:
         self.on_batch = on_batch
         self.source_options = source_options
         self.tables = source_tables(pipeline, registry_url)  # refuses two tables on one topic
-        self.run_id = run_id_of(checkpoint)
+        #: ``state_buckets`` None: what the checkpoint records (see ``run_info_of``)
+        info = run_info_of(checkpoint, state_buckets)
+        self.run_id, self.state_buckets = info.run_id, info.state_buckets
         sink_table = pipeline.sink
         self.sink_topic = sink_table.options.get("topic", sink_table.name)
         self.sink_writer_id = f"{self.name}.{sink_table.name}.{self.run_id}"
@@ -239,7 +271,7 @@ class PipelineJob:
         frame = build_query_frame(
             self.spark, self.pipeline, self.bootstrap, metrics=self.metrics, dead_letters=self.dead_letters,
             max_records_per_trigger=self.max_records_per_trigger, registry_url=self.registry_url,
-            source_options=self.source_options, index=target,
+            source_options=self.source_options, index=target, state_buckets=self.state_buckets,
         )
         writer = (
             frame.writeStream.queryName(_query_name(self.name))

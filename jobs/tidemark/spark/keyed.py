@@ -9,14 +9,22 @@ form Spark can group on) and ``input`` (which input of a 2-input stage it came f
 ``KEYED_SCHEMA``. A 2-input stage (a join) unions both inputs and groups by key, so one
 call sees both sides of a key.
 
-State is ``(key, state)`` pickled into ONE binary value state per key. A batch makes a
-constant number of state operations per key (one read, at most one write or remove),
-never one per row. The operator is ``transformWithState`` (row-based, Spark 4.1+): it is
-the fastest of the three candidates for many keys (docs/benchmarks.md, "Spark state
-hosting") and the only one that can be chained (Spark rejects two
+State lives in buckets: Spark groups a keyed stage's rows by ``bucket = crc32(key) mod
+buckets`` (``DEFAULT_STATE_BUCKETS``), not by key, and one binary value state per bucket
+holds ``{key bytes: state}`` pickled. A batch makes a constant number of state
+operations per *bucket* (one read, at most one write or remove), never one per key or
+row: pyspark's ``transformWithState`` pays a blocking socket round trip to the JVM per
+state call and per grouping key, plus one output Arrow batch per grouping key, and
+per-key grouping made those the largest Python cost of a pipeline (docs/benchmarks.md,
+"Performance work"). The price is that a touched bucket is unpickled and rewritten
+whole, so a bucket should stay small next to a batch: keys / buckets states. The bucket
+count is part of the checkpoint (a key must find its bucket again after a restart).
+``process_key`` is still called once per key. The operator is ``transformWithState``
+(row-based, Spark 4.1+): the only one that can be chained (Spark rejects two
 ``applyInPandasWithState`` in one query, and a pipeline has several keyed stages).
 ``operator="applyInPandasWithState"`` stays available for a query with a single keyed
-stage and for the benchmark. Stages with ``wakeup_ms`` get processing-time timers.
+stage and for the benchmark. Stages with ``wakeup_ms`` get one processing-time timer per
+bucket, at the earliest wakeup of its keys.
 
 Errors: a ``TidemarkError`` raised by a stage (e.g. ``ConflictError``) crosses the Python
 worker -> JVM -> driver boundary only as text. ``StageFailure`` wraps it with a marker
@@ -35,6 +43,7 @@ import base64
 import itertools
 import pickle
 import re
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
@@ -58,6 +67,10 @@ STATE_SCHEMA = "state binary"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 OPERATORS = ("applyInPandasWithState", "transformWithState")
 DEFAULT_OPERATOR = "transformWithState"
+#: state buckets per keyed stage (see the module docstring); fixed for a checkpoint's life
+DEFAULT_STATE_BUCKETS = 256
+#: the keyed stage's input columns in the order its processor reads them by position
+_GROUPED_COLUMNS = ("bucket", *KEYED_COLUMNS, "now_ms")
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -220,7 +233,6 @@ class StageMetrics:
         return Counter(self._acc.value)
 
 
-# ---------------------------------------------------------------------------- operator core
 
 
 def _batch_id() -> int:
@@ -231,13 +243,22 @@ def _batch_id() -> int:
     return int(value) if value is not None else -1
 
 
-class _KeyRunner:
-    """One stage call for one key: decode the key's changes, read state once, call
-    ``process_key``, write state at most once, encode what it emits. Shared by both Spark
-    operators so they differ only in how state and rows reach Python.
+def bucket_of(key: bytes, buckets: int) -> int:
+    """The state bucket of an encoded key: ``crc32(key) mod buckets``, the same function
+    Spark's ``pmod(crc32(key), buckets)`` computes, so tests and tools can find a key's
+    bucket without Spark."""
+    return zlib.crc32(key) % buckets
 
-    The stored value is ``pickle((key, state))``: the key rides along so a timer, which
-    Spark fires with only the grouping bytes, can call ``process_key`` with the real key.
+
+class _BucketRunner:
+    """One stage call for one state bucket: decode the bucket's changes, read its state
+    once, call ``process_key`` per key (and for keys whose ``wakeup_ms`` is due), write the
+    state at most once, encode what the keys emit. Shared by both Spark operators so they
+    differ only in how state and rows reach Python.
+
+    The stored value is ``pickle({key bytes: state})``; for a stage with timers it is
+    ``{key bytes: (key, state)}``: a due key is called without changes, so its key tuple
+    cannot come from ``key_of``.
     """
 
     def __init__(
@@ -251,42 +272,69 @@ class _KeyRunner:
         self.accumulator = accumulator
         self.downstream = downstream
         self.then = list(then)
+        self.timers = uses_timers(stage)
 
     def run(
         self,
-        changes: Iterable[tuple[int, str, bytes, Any]],
+        rows: Iterable[tuple[bytes, int, str, bytes, Any]],
         stored: bytes | None,
         now_ms: int,
     ) -> _Result:
-        """``changes`` yields (input, kind, row bytes, pos) — none for a timer call."""
-        stage = self.stage
-        inputs: list[list[Change]] = [[] for _ in range(stage.n_inputs)]
-        for inp, kind, row, pos in changes:
-            inputs[inp].append(Change(kind, pickle.loads(row), tuple(int(p) for p in pos)))
-        key, state = pickle.loads(stored) if stored is not None else (None, None)
-        if key is None:
-            first_input = next(i for i, lst in enumerate(inputs) if lst)
-            key = stage.key_of(inputs[first_input][0], first_input)
+        """``rows`` yields (key bytes, input, kind, row bytes, pos) — none for a timer call."""
+        stage, timers = self.stage, self.timers
+        n_inputs = stage.n_inputs
+        bucket: dict[bytes, Any] = pickle.loads(stored) if stored is not None else {}
+        by_key: dict[bytes, list[list[Change]]] = {}
+        for key_bytes, inp, kind, row, pos in rows:
+            lists = by_key.get(key_bytes)
+            if lists is None:
+                lists = by_key[key_bytes] = [[] for _ in range(n_inputs)]
+            lists[inp].append(Change(kind, pickle.loads(row), tuple(pos)))
+        old_wakeup = None
+        if timers:
+            old_wakeup = self._wakeup(bucket)
+            if old_wakeup is not None and old_wakeup <= now_ms:
+                for key_bytes, (_key, state) in bucket.items():
+                    due = wakeup_of(stage, state)
+                    if due is not None and due <= now_ms and key_bytes not in by_key:
+                        by_key[key_bytes] = [[] for _ in range(n_inputs)]
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
-        try:
-            new_state, emitted = stage.process_key(key, inputs, state, ctx)
-            wakeups = (wakeup_of(stage, state), wakeup_of(stage, new_state))
-        except TidemarkError as err:
-            raise StageFailure(err) from None
-        except Exception as err:
-            raise StageFailure(
-                StageCrash(
-                    f"stage '{stage.name}' failed on key {key!r}: {type(err).__name__}: {err}"
-                )
-            ) from err
+        emitted: list[Change] = []
+        for key_bytes, inputs in by_key.items():
+            entry = bucket.get(key_bytes)
+            key, state = entry if timers and entry is not None else (None, entry)
+            if key is None:
+                first = next(i for i, lst in enumerate(inputs) if lst)
+                key = stage.key_of(inputs[first][0], first)
+            try:
+                new_state, out = stage.process_key(key, inputs, state, ctx)
+            except TidemarkError as err:
+                raise StageFailure(err) from None
+            except Exception as err:
+                raise StageFailure(
+                    StageCrash(
+                        f"stage '{stage.name}' failed on key {key!r}: {type(err).__name__}: {err}"
+                    )
+                ) from err
+            if new_state is None:
+                bucket.pop(key_bytes, None)
+            else:
+                bucket[key_bytes] = (key, new_state) if timers else new_state
+            emitted.extend(out)
         if ctx.metrics and self.accumulator is not None:
             self.accumulator.add(Counter({f"{stage.name}.{k}": v for k, v in ctx.metrics.items()}))
         for after in self.then:  # stateless stages fused into this pass (see run_keyed_stage)
             if not emitted:
                 break
             emitted = after.process(emitted)
-        new_stored = None if new_state is None else pickle.dumps((key, new_state), _PICKLE_PROTOCOL)
-        return _Result(new_stored, self._encode(emitted), *wakeups)
+        new_stored = pickle.dumps(bucket, _PICKLE_PROTOCOL) if bucket else None
+        new_wakeup = self._wakeup(bucket) if timers else None
+        return _Result(new_stored, self._encode(emitted), old_wakeup, new_wakeup)
+
+    def _wakeup(self, bucket: dict[bytes, Any]) -> int | None:
+        """The earliest ``wakeup_ms`` of the bucket's keys: the bucket's one timer."""
+        times = [t for _key, state in bucket.values() if (t := wakeup_of(self.stage, state)) is not None]
+        return min(times) if times else None
 
     def _encode(self, emitted: list[Change]) -> list[tuple]:
         if self.downstream is None:
@@ -299,9 +347,9 @@ class _KeyRunner:
 
 
 class _Result(NamedTuple):
-    stored: bytes | None  # None: remove the key's state
+    stored: bytes | None  # None: remove the bucket's state
     rows: list[tuple]  # output rows, CHANGE or KEYED column order
-    old_wakeup: int | None  # the timer registered for the state read (see wakeup_of)
+    old_wakeup: int | None  # the bucket's timer for the state read (see _BucketRunner._wakeup)
     new_wakeup: int | None  # the timer the new state needs
 
 
@@ -313,21 +361,21 @@ def _output_columns(downstream: tuple[KeyedStage, int] | None) -> tuple[str, ...
     return KEYED_COLUMNS if downstream is not None else CHANGE_COLUMNS
 
 
-def _pandas_state_fn(runner: _KeyRunner, columns: tuple[str, ...]):
+def _pandas_state_fn(runner: _BucketRunner, columns: tuple[str, ...]):
     """The applyInPandasWithState function: state arrives with the group (no round trip)."""
 
-    def fn(_key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+    def fn(_bucket: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         import pandas as pd
 
-        def changes():
+        def rows():
             for pdf in pdfs:
                 yield from zip(
-                    pdf["input"].tolist(), pdf["kind"].tolist(), pdf["row"].tolist(),
-                    pdf["pos"].tolist(),
+                    pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
+                    pdf["row"].tolist(), pdf["pos"].tolist(),
                 )
 
         old = state.get[0] if state.exists else None
-        res = runner.run(changes(), old, state.getCurrentProcessingTimeMs())
+        res = runner.run(rows(), old, state.getCurrentProcessingTimeMs())
         if res.stored is None:
             if old is not None:
                 state.remove()
@@ -339,11 +387,14 @@ def _pandas_state_fn(runner: _KeyRunner, columns: tuple[str, ...]):
     return fn
 
 
-def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...], timers: bool):
-    """A row-based transformWithState processor: one value state, read once and written
-    at most once per key per batch (each is a JVM round trip). With ``timers`` (stages
-    that have ``wakeup_ms``) it keeps one processing-time timer per key at the state's
-    wakeup time, moved only when that time changes."""
+def _tws_processor(runner: _BucketRunner, columns: tuple[str, ...], timers: bool):
+    """A row-based transformWithState processor over state buckets: one value state per
+    bucket, read once and written at most once per batch (each is a JVM round trip). With
+    ``timers`` (stages that have ``wakeup_ms``) a bucket keeps one processing-time timer at
+    its keys' earliest wakeup time, moved only when that time changes.
+
+    Input rows are in ``_GROUPED_COLUMNS`` order; they are read by position (a Row is a
+    tuple; by-name access costs a field lookup per cell)."""
     from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -373,10 +424,8 @@ def _tws_processor(runner: _KeyRunner, columns: tuple[str, ...], timers: bool):
             got = self.state.get()
             old = bytes(got[0]) if got is not None else None
             first = next(rows)  # a group always has at least one row
-            changes = (
-                (r["input"], r["kind"], r["row"], r["pos"]) for r in itertools.chain([first], rows)
-            )
-            yield from self._apply(old, runner.run(changes, old, first["now_ms"]))
+            changes = (r[1:6] for r in itertools.chain([first], rows))
+            yield from self._apply(old, runner.run(changes, old, first[6]))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
             got = self.state.get()
@@ -458,6 +507,7 @@ def run_keyed_stage(
     downstream: tuple[KeyedStage, int] | None = None,
     operator: str = DEFAULT_OPERATOR,
     then: Sequence[StatelessStage] = (),
+    buckets: int = DEFAULT_STATE_BUCKETS,
 ) -> DataFrame:
     """Apply ``stage`` to streaming inputs in ``KEYED_SCHEMA`` (one DataFrame per stage
     input, from ``keyed_input`` or a previous stage's ``downstream`` output) and return
@@ -469,6 +519,9 @@ def run_keyed_stage(
     the output is encoded or keyed: a calc between two keyed stages (or before the sink)
     would otherwise cost a ``mapInArrow`` pass of its own, with every change crossing the
     JVM/Python boundary twice more (py-spy: ~11% of a join pipeline's Python samples).
+
+    ``buckets``: the stage's state buckets (module docstring); a restart from a checkpoint
+    must use the count it was created with.
 
     A stage with ``wakeup_ms`` gets processing-time timers. Spark then runs a (no-data)
     micro-batch at every trigger so timers can fire: such a query never looks idle to
@@ -487,15 +540,19 @@ def run_keyed_stage(
         raise ValueError(
             f"stage '{stage.name}' has timers (wakeup_ms): only transformWithState hosts it"
         )
+    if buckets < 1:
+        raise ValueError(f"state buckets must be >= 1, got {buckets}")
     df = inputs[0].select(*KEYED_COLUMNS)
     for other in inputs[1:]:
         df = df.unionByName(other.select(*KEYED_COLUMNS))
-    runner = _KeyRunner(stage, metrics.accumulator if metrics else None, downstream, then)
+    # the same function as bucket_of; an int column keeps the grouping key small
+    df = df.withColumn("bucket", F.pmod(F.crc32("key"), F.lit(buckets)).cast("int"))
+    runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then)
     columns = _output_columns(downstream)
     if operator == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
-        return df.groupBy("key").applyInPandasWithState(
+        return df.groupBy("bucket").applyInPandasWithState(
             _pandas_state_fn(runner, columns),
             outputStructType=_output_schema(downstream),
             stateStructType=STATE_SCHEMA,
@@ -504,7 +561,8 @@ def run_keyed_stage(
         )
     # current_timestamp() is the batch's timestamp in a streaming query, recorded in the
     # offset log: a replayed batch sees the same now_ms.
-    grouped = df.withColumn("now_ms", F.unix_millis(F.current_timestamp())).groupBy("key")
+    df = df.withColumn("now_ms", F.unix_millis(F.current_timestamp()))
+    grouped = df.select(*_GROUPED_COLUMNS).groupBy("bucket")
     return grouped.transformWithState(
         _tws_processor(runner, columns, timers),
         outputStructType=_output_schema(downstream),
@@ -544,7 +602,8 @@ def state_operators(progress: dict | None) -> list[dict]:
 
 def state_rows_total(query: StreamingQuery, operator_index: int | None = None) -> int:
     """Rows in the state store after the last batch: of one stateful operator (index in
-    ``state_operators`` order) or summed over all. One row is one key's state value."""
+    ``state_operators`` order) or summed over all. One row is one state bucket's value
+    (``bucket_of`` says which bucket a key is in)."""
     ops = state_operators(query.lastProgress)
     if operator_index is not None:
         if not 0 <= operator_index < len(ops):

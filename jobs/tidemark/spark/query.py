@@ -45,6 +45,7 @@ from tidemark.engine.stage import StatelessStage
 from tidemark.spark.keyed import (
     CHANGE_COLUMNS,
     CHANGE_SCHEMA,
+    DEFAULT_STATE_BUCKETS,
     KEYED_SCHEMA,
     StageCrash,
     StageFailure,
@@ -305,6 +306,7 @@ def build_query_frame(
     registry_url: str | None = None,
     source_options: dict[str, str] | None = None,
     index: Any = None,
+    state_buckets: int = DEFAULT_STATE_BUCKETS,
 ) -> DataFrame:
     """The streaming frame of the changes the sink receives (``CHANGE_SCHEMA``); bad
     records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
@@ -335,7 +337,7 @@ def build_query_frame(
                 if index is not None and is_delta_join(stage):
                     return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending)
                 # a calc after the stage runs in the stage's own pass (``then``)
-                return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending)
+                return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending, buckets=state_buckets)
 
             outputs[node.id] = _Output(build_keyed, [])
         elif node.stage is not None:
