@@ -6,7 +6,7 @@ Not a test: numbers depend on the machine. Results go to docs/benchmarks.md
 ("Spark state hosting").
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/bench_spark_state.py \
-        [--rows 20000] [--batches 3] [--operators applyInPandasWithState,transformWithState]
+        [--rows 20000] [--batches 3] [--operators applyInPandasWithState,transformWithStateInPandas]
 
 Each configuration is a fresh streaming query over a parquet directory: one warm-up batch
 (JIT, worker start, state store creation), then ``--batches`` timed batches of ``--rows``
@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -86,48 +85,6 @@ class MaterializerLike:
         return active, [Change("-U", before, ()), Change("+U", after, ())]
 
 
-def _tws_pandas_operator(inputs, stage, metrics):
-    """transformWithStateInPandas: keyed.py's value-state design (one key per group
-    here, as measured before state buckets), with pandas frames in and out (measured, not
-    offered)."""
-    import pandas as pd
-    from pyspark.sql.streaming import StatefulProcessor
-
-    runner = K._BucketRunner(stage, metrics.accumulator if metrics else None, None)
-
-    class Proc(StatefulProcessor):
-        def init(self, handle):
-            self.state = handle.getValueState("stage", K.STATE_SCHEMA)
-
-        def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-            got = self.state.get()
-            old = bytes(got[0]) if got is not None else None
-
-            def changes():
-                for pdf in rows:
-                    yield from zip(
-                        pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
-                        pdf["row"].tolist(), pdf["pos"].tolist(),
-                    )
-
-            res = runner.run(changes(), old, int(time.time() * 1000))
-            if res.stored is None:
-                if old is not None:
-                    self.state.clear()
-            elif res.stored != old:
-                self.state.update((res.stored,))
-            if res.rows:
-                yield pd.DataFrame.from_records(res.rows, columns=list(K.CHANGE_COLUMNS))
-
-        def close(self):
-            pass
-
-    df = inputs[0].select(*K.KEYED_COLUMNS)
-    return df.groupBy("key").transformWithStateInPandas(
-        Proc(), outputStructType=K.CHANGE_SCHEMA, outputMode="Append", timeMode="None"
-    )
-
-
 def workload(shape: str, rows: int, batch: int) -> list[Change]:
     """``one_key``: every row hits one key (a hot key; 100 upsert keys under it).
     ``many_keys``: every row its own key (the same keys each batch, so state is read
@@ -161,10 +118,7 @@ def run_config(spark, operator: str, stage, shape: str, rows: int, batches: int)
         metrics = K.StageMetrics(spark)
         src = spark.readStream.schema(K.CHANGE_SCHEMA).option("maxFilesPerTrigger", 1)
         keyed_df = K.keyed_input(src.parquet(src_dir), stage)
-        if operator == "transformWithStateInPandas":
-            out = _tws_pandas_operator([keyed_df], stage, metrics)
-        else:
-            out = K.run_keyed_stage([keyed_df], stage, metrics=metrics, operator=operator)
+        out = K.run_keyed_stage([keyed_df], stage, metrics=metrics, operator=operator)
         query = (
             out.writeStream.format("noop")
             .option("checkpointLocation", os.path.join(work, "ck"))
@@ -215,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument(
         "--operators",
-        default="applyInPandasWithState,transformWithState,transformWithStateInPandas",
+        default=",".join(K.OPERATORS),
     )
     ap.add_argument("--shapes", default="one_key,many_keys,ten_per_key")
     ap.add_argument("--stages", default="count,materializer_like")

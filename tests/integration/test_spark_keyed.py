@@ -154,7 +154,7 @@ def buckets_of(state: dict, buckets: int = K.DEFAULT_STATE_BUCKETS) -> int:
 
 
 @pytest.mark.parametrize(("operator", "buckets"), [(op, K.DEFAULT_STATE_BUCKETS) for op in K.OPERATORS]
-                         + [("transformWithState", 1)])
+                         + [(K.DEFAULT_OPERATOR, 1)])
 def test_counting_stage_matches_python_host_across_restart(spark, spark_stream, operator, buckets):
     """``buckets=1``: every key's state in one bucket (read, updated, shrunk, restored)."""
     stage = CountingStage()

@@ -14,17 +14,18 @@ buckets`` (``DEFAULT_STATE_BUCKETS``), not by key, and one binary value state pe
 holds ``{key bytes: state}`` pickled. A batch makes a constant number of state
 operations per *bucket* (one read, at most one write or remove), never one per key or
 row: pyspark's ``transformWithState`` pays a blocking socket round trip to the JVM per
-state call and per grouping key, plus one output Arrow batch per grouping key, and
-per-key grouping made those the largest Python cost of a pipeline (docs/benchmarks.md,
+state call and per grouping key, plus an output batch per grouping key, and per-key
+grouping made those the largest Python cost of a pipeline (docs/benchmarks.md,
 "Performance work"). The price is that a touched bucket is unpickled and rewritten
 whole, so a bucket should stay small next to a batch: keys / buckets states. The bucket
 count is part of the checkpoint (a key must find its bucket again after a restart).
-``process_key`` is still called once per key. The operator is ``transformWithState``
-(row-based, Spark 4.1+): the only one that can be chained (Spark rejects two
-``applyInPandasWithState`` in one query, and a pipeline has several keyed stages).
-``operator="applyInPandasWithState"`` stays available for a query with a single keyed
-stage and for the benchmark. Stages with ``wakeup_ms`` get one processing-time timer per
-bucket, at the earliest wakeup of its keys.
+``process_key`` is still called once per key. The operator is
+``transformWithStateInPandas`` (Spark 4.0+): the only kind that can be chained (Spark
+rejects two ``applyInPandasWithState`` in one query, and a pipeline has several keyed
+stages), in its pandas form because that one converts columns, not cells (see
+``_tws_processor``). ``operator="applyInPandasWithState"`` stays available for a query
+with a single keyed stage and for the benchmark. Stages with ``wakeup_ms`` get one
+processing-time timer per bucket, at the earliest wakeup of its keys.
 
 Errors: a ``TidemarkError`` raised by a stage (e.g. ``ConflictError``) crosses the Python
 worker -> JVM -> driver boundary only as text. ``StageFailure`` wraps it with a marker
@@ -65,11 +66,11 @@ KEYED_COLUMNS = ("key", "input", "kind", "row", "pos")
 STATE_SCHEMA = "state binary"
 #: Spark sets this local property on every task of a micro-batch.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
-OPERATORS = ("applyInPandasWithState", "transformWithState")
-DEFAULT_OPERATOR = "transformWithState"
+OPERATORS = ("applyInPandasWithState", "transformWithStateInPandas")
+DEFAULT_OPERATOR = "transformWithStateInPandas"
 #: state buckets per keyed stage (see the module docstring); fixed for a checkpoint's life
 DEFAULT_STATE_BUCKETS = 256
-#: the keyed stage's input columns in the order its processor reads them by position
+#: the keyed stage's input columns
 _GROUPED_COLUMNS = ("bucket", *KEYED_COLUMNS, "now_ms")
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -388,17 +389,17 @@ def _pandas_state_fn(runner: _BucketRunner, columns: tuple[str, ...]):
 
 
 def _tws_processor(runner: _BucketRunner, columns: tuple[str, ...], timers: bool):
-    """A row-based transformWithState processor over state buckets: one value state per
+    """A transformWithStateInPandas processor over state buckets: one value state per
     bucket, read once and written at most once per batch (each is a JVM round trip). With
     ``timers`` (stages that have ``wakeup_ms``) a bucket keeps one processing-time timer at
     its keys' earliest wakeup time, moved only when that time changes.
 
-    Input rows are in ``_GROUPED_COLUMNS`` order; they are read by position (a Row is a
-    tuple; by-name access costs a field lookup per cell)."""
-    from pyspark.sql import Row
+    Pandas rather than pyspark's row-based ``transformWithState``: that one converts every
+    input cell with its own Arrow scalar (~6 us a cell here, 42 us a keyed row) and every
+    output row through ``Row.asDict``; pandas converts whole columns, and its higher cost
+    per group is paid per bucket, not per key."""
+    import pandas as pd
     from pyspark.sql.streaming import StatefulProcessor
-
-    out_row = Row(*columns)  # a Row factory: no dict per emitted row
 
     class StageProcessor(StatefulProcessor):
         def init(self, handle):
@@ -417,15 +418,22 @@ def _tws_processor(runner: _BucketRunner, columns: tuple[str, ...], timers: bool
                     self.handle.deleteTimer(res.old_wakeup)
                 if res.new_wakeup is not None:
                     self.handle.registerTimer(res.new_wakeup)
-            for values in res.rows:
-                yield out_row(*values)
+            if res.rows:
+                yield pd.DataFrame.from_records(res.rows, columns=list(columns))
 
         def handleInputRows(self, key, rows, timerValues):
             got = self.state.get()
             old = bytes(got[0]) if got is not None else None
-            first = next(rows)  # a group always has at least one row
-            changes = (r[1:6] for r in itertools.chain([first], rows))
-            yield from self._apply(old, runner.run(changes, old, first[6]))
+            first = next(rows)  # a group always has at least one frame
+            now = int(first["now_ms"].iloc[0])
+
+            def changes():
+                for pdf in itertools.chain([first], rows):
+                    # pos cells are numpy arrays: tolist() gives the ints the stages compare
+                    yield from zip(pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
+                                   pdf["row"].tolist(), [p.tolist() for p in pdf["pos"]])
+
+            yield from self._apply(old, runner.run(changes(), old, now))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
             got = self.state.get()
@@ -536,9 +544,9 @@ def run_keyed_stage(
     if operator not in OPERATORS:
         raise ValueError(f"unknown operator {operator!r}; choose one of {', '.join(OPERATORS)}")
     timers = has_timers(stage)
-    if timers and operator != "transformWithState":
+    if timers and operator != "transformWithStateInPandas":
         raise ValueError(
-            f"stage '{stage.name}' has timers (wakeup_ms): only transformWithState hosts it"
+            f"stage '{stage.name}' has timers (wakeup_ms): only transformWithStateInPandas hosts it"
         )
     if buckets < 1:
         raise ValueError(f"state buckets must be >= 1, got {buckets}")
@@ -563,7 +571,7 @@ def run_keyed_stage(
     # offset log: a replayed batch sees the same now_ms.
     df = df.withColumn("now_ms", F.unix_millis(F.current_timestamp()))
     grouped = df.select(*_GROUPED_COLUMNS).groupBy("bucket")
-    return grouped.transformWithState(
+    return grouped.transformWithStateInPandas(
         _tws_processor(runner, columns, timers),
         outputStructType=_output_schema(downstream),
         outputMode="Append",

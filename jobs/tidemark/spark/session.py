@@ -146,7 +146,12 @@ def build_session(
         "spark.sql.streaming.stopGracefullyOnShutdown": "true",
         # A laptop-sized default: pipelines are many small batches, not one big one.
         "spark.sql.adaptive.enabled": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log_config(log_level)}",
+        # C1 only (-XX:TieredStopAtLevel=1): the per-record work is in Python, and C2
+        # compiling each query's generated classes cost the JVM more CPU than its faster
+        # code saved (a W2 benchmark run: JVM CPU 43 s -> 25 s; docs/benchmarks.md).
+        "spark.driver.extraJavaOptions": (
+            f"-Dlog4j2.configurationFile=file:{_log_config(log_level)} -XX:TieredStopAtLevel=1"
+        ),
         # Python workers import pyspark from site-packages (bytecode cached), not from
         # the pyspark.zip Spark puts first on their path: see worker_site/sitecustomize.py
         "spark.executorEnv.PYTHONPATH": str(Path(__file__).parent / "worker_site"),
