@@ -185,6 +185,18 @@ class RssSampler:
         self.sample()
 
 
+def _lap(phases: dict[str, float]) -> Any:
+    """``lap(name)`` stores the seconds since the previous lap (or the call) under ``name``."""
+    last = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(now - last[0], 2)
+        last[0] = now
+
+    return lap
+
+
 def _rest(port: int, path: str) -> Any:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
         return json.loads(r.read())
@@ -210,6 +222,11 @@ class Runner:
 
         res: dict[str, Any] = {"id": job["id"], "ok": False, "error": None, "options": job["options"],
                                "backend": job["backend"], "input_rows": job["input_rows"]}
+        # where the job's wall time went (seconds): plan (DDL, explain), submit, drive (to the
+        # job's end, final checkpoint included), after (REST job view, checkpoint statistics)
+        phases: dict[str, float] = {}
+        res["phases"] = phases
+        lap = _lap(phases)
         t = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
         conf = t.get_config()
         ckpt = Path(job["checkpoint_dir"])
@@ -226,12 +243,15 @@ class Runner:
             for s in stmts[:-1]:
                 t.execute_sql(s)
             res["plan"] = t.explain_sql(stmts[-1])
+            lap("plan_s")
             with RssSampler() as rss:
                 tr = t.execute_sql(stmts[-1])
                 client = tr.get_job_client()
                 job_id = str(client.get_job_id())
                 future = client._j_job_client.getJobExecutionResult()
+                lap("submit_s")
                 error, capped_at_ms = self._drive(job, job_id, future, sink_dir)
+                lap("drive_s")
         except Exception as e:  # rejected at planning
             res["error"] = _java_error(e)
             return res
@@ -248,6 +268,7 @@ class Runner:
         running_ms = info["timestamps"].get("RUNNING") or info["start-time"]
         res["job_seconds"] = round((info["end-time"] - running_ms) / 1000, 3) if info.get("end-time", -1) > 0 else None
         self._state(job_id, res)
+        lap("after_s")
         if capped_at_ms is not None:
             res.update(capped=True, cap_s=job.get("cap_s") or job["timeout_s"],
                        **progress(info["vertices"], job["input_rows"], running_ms, capped_at_ms))

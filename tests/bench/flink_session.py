@@ -35,14 +35,20 @@ class FlinkSessionError(RuntimeError):
 class FlinkSession:
     """Client: starts the server with the Flink venv's python; ``run(job)`` -> report."""
 
-    def __init__(self, workdir: Path, python: str | None = None, timeout_s: float = 900.0):
+    def __init__(self, workdir: Path, python: str | None = None, timeout_s: float = 900.0,
+                 java_options: str | None = None):
+        """``java_options``: extra JVM flags for the gateway JVM (``JAVA_TOOL_OPTIONS``; the
+        quick smoke run's short-run flags), none by default."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "flink.log"
         python = python or os.environ.get("TIDEMARK_FLINK_PYTHON", str(flink_runner.DEFAULT_FLINK_PYTHON))
+        env = dict(os.environ)
+        if java_options:
+            env["JAVA_TOOL_OPTIONS"] = f"{env.get('JAVA_TOOL_OPTIONS', '')} {java_options}".strip()
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen([python, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1,
-                                         start_new_session=True)
+                                         start_new_session=True, env=env)
         ready = self._reply(timeout_s)
         self.startup_s = float(ready["jvm_start_seconds"])
         self.flink_version = ready["flink_version"]

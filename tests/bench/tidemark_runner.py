@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,15 +54,13 @@ from confluent_kafka import Producer
 
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.pipeline import Pipeline, compile_sql
-from tidemark.engine.replay import apply_to_table
-from tidemark.formats import decoder_for
 from tidemark.kafka.admin import ensure_topics
-from tidemark.kafka.read import read_topic
-from tidemark.kafka.transactional import BATCH_HEADER, read_exactly_once
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from run_support import sink_table, topic_of, unique_topics  # noqa: E402  (the run tests' helpers)
 
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
 SOURCE_PARTITIONS = 2  # like Flink's parallelism 2 in the issue's measurements
-_TOPIC = re.compile(r"'topic'\s*=\s*'([^']+)'")
 
 
 class TidemarkRunError(RuntimeError):
@@ -94,6 +92,9 @@ class TidemarkRun:
     #: current-version bytes per keyed stage name (when the operators map onto the stages)
     state_by_stage: dict[str, int] = field(default_factory=dict)
     materializer_state_bytes: int | None = None
+    #: where the run's wall time went (seconds): produce, job (the session's round trip, and
+    #: inside it compile/start/wait/close), read (the sink table), state_scan
+    phases: dict[str, float] = field(default_factory=dict)
 
     def figures(self) -> dict[str, Any]:
         out = asdict(self)
@@ -102,23 +103,6 @@ class TidemarkRun:
 
 
 # ---------------------------------------------------------------------------- topics
-
-
-def unique_topics(sql: str, tag: str) -> str:
-    """Every ``'topic' = 'x'`` renamed to ``x-<tag>-<random>``: runs share one broker,
-    never a topic."""
-    suffix = f"{tag}-{uuid.uuid4().hex[:8]}"
-    names: dict[str, str] = {}
-
-    def sub(m: re.Match) -> str:
-        names.setdefault(m.group(1), f"{m.group(1)}-{suffix}")
-        return f"'topic' = '{names[m.group(1)]}'"
-
-    return _TOPIC.sub(sub, sql)
-
-
-def topic_of(table: TableDef) -> str:
-    return table.options.get("topic", table.name)
 
 
 def _key_of(table: TableDef, record: Mapping[str, Any]) -> bytes | None:
@@ -169,40 +153,6 @@ def produce_files(bootstrap: str, pipeline: Pipeline, files: Mapping[str, Path |
     if producer.flush(300) != 0:
         raise TidemarkRunError("producing the workload's records did not finish in 300 s")
     return n
-
-
-# ---------------------------------------------------------------------------- the sink table
-
-
-def sink_table(bootstrap: str, pipeline: Pipeline, writer_id: str | None) -> dict[tuple, tuple]:
-    """The table the sink topic stands for (sink PK -> row), read to its end."""
-    sink = pipeline.sink
-    topic = topic_of(sink)
-    decoder = decoder_for(sink)
-    pk = sink.pk_indexes
-    table: dict[tuple, tuple] = {}
-
-    def changes(records: Iterable[Any]) -> list:
-        out: list = []
-        for r in records:
-            out.extend(decoder.decode(r.key, r.value, (r.partition, r.offset), r.topic))
-        return out
-
-    if sink.changelog_mode == "upsert":
-        for c in changes(read_topic(bootstrap, topic, timeout_s=300)):
-            key = tuple(c.row[i] for i in pk)
-            if c.kind == "-D":
-                table.pop(key, None)
-            else:
-                table[key] = c.row
-        return table
-    assert writer_id, "a changelog sink is read exactly once by its writer id"
-    by_batch: dict[int, list] = {}
-    for r in read_exactly_once(bootstrap, topic, writer_id):
-        by_batch.setdefault(int(r.header(BATCH_HEADER) or -1), []).append(r)
-    for batch in sorted(by_batch):
-        apply_to_table(table, changes(by_batch[batch]), pk)
-    return table
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -296,11 +246,15 @@ def run_workload(
     gets a line per batch."""
     tag = re.sub(r"[^a-z0-9]+", "-", f"{name}-{variant}".lower()).strip("-")
     workdir.mkdir(parents=True, exist_ok=True)
-    sql = unique_topics(sql, tag)
+    sql, _ = unique_topics(sql, tag)  # runs share one broker, never a topic
     pipeline = compile_sql(sql)
     sql_file = workdir / "pipeline.sql"
     sql_file.write_text(sql, encoding="utf-8")
+    phases: dict[str, float] = {}
+    t = time.monotonic()
     produce_files(bootstrap, pipeline, files)
+    phases["produce_s"] = time.monotonic() - t
+    t = time.monotonic()
 
     checkpoint = workdir / "checkpoint"
     status = workdir / "status.jsonl"
@@ -314,12 +268,14 @@ def run_workload(
         exit_status = int(reply["exit_status"])
         failure = reply.get("error", "")
         state_operators = reply.get("state_operators") or []
+        phases.update(reply.get("phases") or {})
         log = session.workdir / "driver.log"
     else:
         t_spawn, peak, exit_status = _run_cli(sql_file, bootstrap, checkpoint, job_name, status, log, workdir,
                                               max_records_per_trigger, timeout_s, f"{name}/{variant}")
         failure = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
         state_operators = []
+    phases["job_s"] = time.monotonic() - t
     if progress is not None:
         for e in events(status):
             if e.get("event") == "batch":
@@ -340,15 +296,21 @@ def run_workload(
         raise TidemarkRunError(f"{name}/{variant}: the job read {rows_in} records, the workload has {input_rows}")
     run_id = json.loads((checkpoint / "tidemark-run.json").read_text(encoding="utf-8"))["run_id"]
     writer_id = f"{job_name}.{pipeline.sink.name}.{run_id}"
-    table = sink_table(bootstrap, pipeline, None if pipeline.sink.changelog_mode == "upsert" else writer_id)
+    t = time.monotonic()
+    table = sink_table(bootstrap, pipeline, None if pipeline.sink.changelog_mode == "upsert" else writer_id,
+                       timeout_s=300)
+    phases["read_s"] = time.monotonic() - t
     by_stage = stage_state(pipeline, state_operators)
+    t = time.monotonic()
+    state_bytes = dir_bytes(checkpoint / "state")
+    phases["state_scan_s"] = time.monotonic() - t
     return TidemarkRun(
         materializer_state_bytes=(sum(b for n, b in by_stage.items() if n.startswith("materializer"))
                                   if by_stage else None),
         state_by_stage=by_stage,
         workload=name, variant=variant, input_rows=input_rows,
         startup_s=(started - t_spawn) if t_spawn is not None else None, run_s=run_s, rows_per_s=input_rows / run_s if run_s > 0 else float("inf"),
-        peak_rss_bytes=peak, state_bytes=dir_bytes(checkpoint / "state"),
+        peak_rss_bytes=peak, state_bytes=state_bytes, phases={k: round(v, 2) for k, v in phases.items()},
         state_current_version_bytes=int(data[-1].get("state_size_bytes") or 0),
         batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status, state_operators=state_operators,
         workdir=str(workdir), table=table, columns=list(pipeline.sink.column_names),
@@ -399,8 +361,8 @@ def _run_cli(sql_file: Path, bootstrap: str, checkpoint: Path, job_name: str, st
 
 class TidemarkSession:
     """One Spark session in a child process (``tidemark_runner.py serve``) that runs
-    workloads one after another, each as ``tidemark run --until-idle`` runs it
-    (``PipelineJob``: start until idle, wait, close; status events to a status file).
+    workloads, each as ``tidemark run --until-idle`` runs it (``PipelineJob``: start until
+    idle, wait, close; status events to a status file).
 
     Why: on this 2-core machine a fresh ``tidemark run`` spends 20-70 s starting its JVM
     and Spark session, so a suite of ~20 runs would spend most of its time there. Start-up
@@ -408,45 +370,85 @@ class TidemarkSession:
     (``startup_s``). What a warm session does change: the JVM's heap and the Python
     workers stay from the previous run, so the peak RSS of a run is at least the session's
     resident size from earlier runs (one session per workload keeps that within a
-    workload)."""
+    workload).
 
-    def __init__(self, workdir: Path):
+    ``run`` may be called from several threads at once: each run is then a concurrent
+    streaming query of the one Spark session (``suite.py --quick`` does that to be a
+    one-minute smoke run; its timings and memory figures are then not measurements). The
+    measured suite calls it from one thread, one run at a time."""
+
+    def __init__(self, workdir: Path, java_options: str | None = None):
+        """``java_options``: extra JVM flags for the session's JVM (``JAVA_TOOL_OPTIONS``;
+        the quick smoke run's short-run flags), none by default."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        if java_options:
+            env["JAVA_TOOL_OPTIONS"] = f"{env.get('JAVA_TOOL_OPTIONS', '')} {java_options}".strip()
         t = time.time()
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "serve", "--log-file", str(workdir / "driver.log")],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
             start_new_session=True, text=True, bufsize=1,
         )
-        ready = self._reply(timeout_s=600)
-        self.startup_s = ready["ts"] - t
-
-    def _reply(self, timeout_s: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        box: list[str] = []
-        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(timeout_s)
-        if not box or not box[0]:
+        self._lock = threading.Lock()
+        self._next_id = 0
+        #: run id -> (set when its reply arrived, [reply]); a reply of None: the session ended
+        self._waiting: dict[int, tuple[threading.Event, list[dict[str, Any] | None]]] = {}
+        self._ready = threading.Event()
+        self._ready_line: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read_replies, name="tidemark-session-replies", daemon=True)
+        self._reader.start()
+        if not self._ready.wait(600) or not self._ready_line:
             self.close()
-            raise TidemarkRunError(f"the Tidemark session did not answer (see {self.workdir / 'driver.log'})")
-        return json.loads(box[0])
+            raise TidemarkRunError(f"the Tidemark session did not start (see {self.workdir / 'driver.log'})")
+        self.startup_s = self._ready_line[0]["ts"] - t
+
+    def _read_replies(self) -> None:
+        """The one reader of the child's stdout: the ready line, then one reply per run,
+        handed to the run that waits for its id (runs may finish in any order)."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            if msg.get("event") == "ready":
+                self._ready_line.append(msg)
+                self._ready.set()
+                continue
+            with self._lock:
+                waiter = self._waiting.pop(int(msg.get("id", -1)), None)
+            if waiter is not None:
+                waiter[1].append(msg)
+                waiter[0].set()
+        self._ready.set()  # ended: nobody waits in vain
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for event, box in waiting.values():
+            box.append(None)
+            event.set()
 
     def run(self, cmd: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], int]:
         """Send one run, wait for its reply; returns (reply, peak RSS of the session's
         process tree during the run)."""
         assert self.proc.stdin is not None
+        event, box = threading.Event(), []
+        with self._lock:
+            run_id = self._next_id
+            self._next_id += 1
+            self._waiting[run_id] = (event, box)
         sampler = RssSampler(self.proc.pid)
         sampler.start()
         try:
-            self.proc.stdin.write(json.dumps(cmd) + "\n")
-            self.proc.stdin.flush()
-            reply = self._reply(timeout_s)
+            with self._lock:
+                self.proc.stdin.write(json.dumps({**cmd, "id": run_id}) + "\n")
+                self.proc.stdin.flush()
+            if not event.wait(timeout_s) or not box or box[0] is None:
+                raise TidemarkRunError(f"the Tidemark session did not answer run {cmd.get('name')} "
+                                       f"(see {self.workdir / 'driver.log'})")
         finally:
             peak = sampler.stop()
-        return reply, peak
+        return box[0], peak
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -485,44 +487,73 @@ def _state_operators(job: Any) -> list[dict[str, Any]]:
 
 def serve(log_file: Path) -> None:
     """The child side of ``TidemarkSession``: JSON lines in on stdin, one JSON line out on
-    the original stdout per run; the JVM's and Spark's output go to ``log_file``."""
+    the original stdout per run (carrying the run's ``id``); the JVM's and Spark's output go
+    to ``log_file``. Each run has its own thread, so runs sent before the previous one's
+    reply are concurrent queries of the one Spark session."""
     proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    from tidemark.spark.job import PipelineJob
-    from tidemark.spark.progress import StatusFile
     from tidemark.spark.session import build_session
 
     spark = build_session(app_name="tidemark-bench", log_level="ERROR")
     proto.write(json.dumps({"event": "ready", "ts": time.time()}) + "\n")
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        cmd = json.loads(line)
-        status = StatusFile(cmd["status"])
-        try:
-            pipeline = compile_sql(Path(cmd["sql_file"]).read_text(encoding="utf-8"))
-            job = PipelineJob(spark, pipeline, cmd["bootstrap"], cmd["checkpoint"], name=cmd["name"],
-                              max_records_per_trigger=cmd.get("max_records_per_trigger"),
-                              trigger_interval="100 milliseconds", on_batch=status.batch)
-            try:
-                job.ensure_topics()
-                job.start(until_idle=True)
-                status.emit("started")
-                job.wait(poll_s=0.1)  # the batch event (our clock) lags the commit by <= one poll
-            finally:
-                job.close()
-            status.emit("idle")
-            reply: dict[str, Any] = {"ok": True, "exit_status": 0, "state_operators": _state_operators(job)}
-        except Exception as err:  # reported to the harness, which fails the run loudly
-            import traceback
+    lock = threading.Lock()
 
-            traceback.print_exc()
-            reply = {"ok": False, "exit_status": getattr(err, "exit_status", 1),
-                     "error": f"{type(err).__name__}: {str(err).strip()[:500]}"}
-        proto.write(json.dumps(reply) + "\n")
+    def handle(cmd: dict[str, Any]) -> None:
+        reply = _serve_one(spark, cmd)
+        with lock:
+            proto.write(json.dumps({**reply, "id": cmd.get("id")}) + "\n")
+
+    threads = []
+    for line in sys.stdin:
+        if line.strip():
+            threads.append(threading.Thread(target=handle, args=(json.loads(line),), daemon=True))
+            threads[-1].start()
+    for th in threads:
+        th.join()
+
+
+def _serve_one(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+    """One run in the session, as ``tidemark run --until-idle`` runs it; its reply."""
+    from tidemark.spark.job import PipelineJob
+    from tidemark.spark.progress import StatusFile
+
+    status = StatusFile(cmd["status"])
+    phases: dict[str, float] = {}
+    t = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.monotonic()
+        phases[name] = round(now - t, 2)
+        t = now
+
+    try:
+        pipeline = compile_sql(Path(cmd["sql_file"]).read_text(encoding="utf-8"))
+        job = PipelineJob(spark, pipeline, cmd["bootstrap"], cmd["checkpoint"], name=cmd["name"],
+                          max_records_per_trigger=cmd.get("max_records_per_trigger"),
+                          trigger_interval="100 milliseconds", on_batch=status.batch)
+        lap("compile_s")
+        try:
+            job.ensure_topics()
+            job.start(until_idle=True)
+            status.emit("started")
+            lap("start_s")
+            job.wait(poll_s=0.1)  # the batch event (our clock) lags the commit by <= one poll
+            lap("wait_s")
+        finally:
+            job.close()
+        lap("close_s")
+        status.emit("idle")
+        return {"ok": True, "exit_status": 0, "state_operators": _state_operators(job), "phases": phases}
+    except Exception as err:  # reported to the harness, which fails the run loudly
+        import traceback
+
+        traceback.print_exc()
+        return {"ok": False, "exit_status": getattr(err, "exit_status", 1),
+                "error": f"{type(err).__name__}: {str(err).strip()[:500]}"}
 
 
 # ---------------------------------------------------------------------------- latency

@@ -140,11 +140,14 @@ def produce(
 # ---------------------------------------------------------------------------- sink topic
 
 
-def sink_records(bootstrap: str, pipeline: Pipeline, writer_id: str | None = None) -> list[Record]:
-    """The sink topic's records as a consumer sees them (changelog sinks: exactly once)."""
+def sink_records(bootstrap: str, pipeline: Pipeline, writer_id: str | None = None,
+                 timeout_s: float = 60.0) -> list[Record]:
+    """The sink topic's records as a consumer sees them (changelog sinks: exactly once).
+    ``timeout_s``: how long an upsert sink's topic may take to read to its end (benchmarks
+    read large ones)."""
     topic = topic_of(pipeline.sink)
     if pipeline.sink.changelog_mode == "upsert":
-        return read_topic(bootstrap, topic)
+        return read_topic(bootstrap, topic, timeout_s=timeout_s)
     assert writer_id, "a changelog sink is read exactly once by its writer id"
     return read_exactly_once(bootstrap, topic, writer_id)
 
@@ -157,9 +160,10 @@ def sink_changes(pipeline: Pipeline, records: Sequence[Record]) -> list[Change]:
     return out
 
 
-def sink_table(bootstrap: str, pipeline: Pipeline, writer_id: str | None = None) -> dict[tuple, tuple]:
+def sink_table(bootstrap: str, pipeline: Pipeline, writer_id: str | None = None,
+               timeout_s: float = 60.0) -> dict[tuple, tuple]:
     """The table the sink topic stands for, sink PK -> row (typed as the sink's columns)."""
-    records = sink_records(bootstrap, pipeline, writer_id)
+    records = sink_records(bootstrap, pipeline, writer_id, timeout_s)
     pk = pipeline.sink.pk_indexes
     table: dict[tuple, tuple] = {}
     if pipeline.sink.changelog_mode == "upsert":
