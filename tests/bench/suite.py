@@ -122,7 +122,11 @@ def run_flink(wl: Any, variant: str, workdir: Path, session: FlinkSession,
     for k in ("plan", "config"):
         res.pop(k, None)
     # all processes of the run, as for Tidemark (whose driver is a Python process too)
+    phases = res.get("phases") or {}
+    # what Flink did before its clock started (RUNNING): SQL planning, then submission
+    planning = [phases[k] for k in ("plan_s", "submit_s") if phases.get(k) is not None]
     res.update(rows_per_s=res["throughput_rows_s"], run_s=res["seconds"], startup_s=session.startup_s,
+               planning_s=sum(planning) if planning else None,
                peak_rss_bytes=res.get("peak_rss_with_driver_bytes") or res.get("peak_rss_bytes"),
                peak_rss_jvm_bytes=res.get("peak_rss_bytes"), table=table,
                materializer_state_bytes=sum(b or 0 for v, b in (res.get("state_by_vertex") or {}).items()
@@ -207,7 +211,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for k in sorted({key(r["system"], r["variant"]) for r in runs}):
         rs = [r for r in runs if key(r["system"], r["variant"]) == k]
         out[k] = {f: median([r.get(f) for r in rs]) for f in
-                  ("rows_per_s", "run_s", "startup_s", "peak_rss_bytes", "state_bytes", "materializer_state_bytes")}
+                  ("rows_per_s", "run_s", "startup_s", "planning_s", "peak_rss_bytes", "state_bytes",
+                   "materializer_state_bytes")}
         out[k]["runs"] = len(rs)
         out[k]["rows_per_s_runs"] = [round(r["rows_per_s"], 1) for r in rs]
         capped = [r for r in rs if r.get("capped")]
@@ -619,7 +624,12 @@ def render(results: dict[str, Any]) -> str:
         else "One warm Flink mini-cluster and one warm Spark session for the whole suite") +
         (", each first given an unmeasured warm-up job; " if results.get("warmup") else "; ") +
         "the systems alternate (Flink first in odd repeats, Tidemark first in even ones). "
-        "Throughput = input records / (job start -> the sink holding the last output); start-up (JVM, "
+        "Throughput = input records / (job start -> the sink holding the last output), where a job starts "
+        "once it is planned: Flink's clock starts when its job is RUNNING (SQL planning and submission "
+        "are done), Tidemark's when Spark has planned the query's first batch (its `queryPlanning`, which "
+        "includes each keyed stage's Python processor pre-init, once per query start; shown apart as "
+        "'planning s', as is Flink's planning and submission; later batches' planning stays in the measured "
+        "time). Start-up (JVM, "
         "cluster or Spark session) is excluded and shown apart. Peak RSS = the largest summed RSS of all "
         "processes of the system during the run (Flink: its Python client and JVM; Tidemark: the Python "
         "driver, the Spark JVM and its Python workers; the broker is shared and not counted), sampled every "
@@ -636,14 +646,15 @@ def render(results: dict[str, Any]) -> str:
     for wname, w in results["workloads"].items():
         lines += [f"### {wname}", "", f"Scale {w.get('scale', results['scale']):g}: {w['input_rows']:,} input records, final table {w['final_rows']:,} rows "
                   f"({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v}' for k, v in w['params'].items())}).", "",
-                  "| system | variant | throughput rows/s (runs) | start-up s | peak RSS MB | state KB | of which materializer KB |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+                  "| system | variant | throughput rows/s (runs) | start-up s | planning s | peak RSS MB | state KB | of which materializer KB |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
         for k, s in w["medians"].items():
             system, variant = k.split(":", 1)
             runs = ", ".join(f"{x:,.0f}" for x in s["rows_per_s_runs"])
             tput = (throughput_text(s) + (f" (runs {runs})" if s["runs"] > 1 else "")
                     if s.get("capped") else f"{_num(s['rows_per_s'])} ({runs})")
             lines.append(f"| {system} | {variant} | {tput} | {_num(s['startup_s'], '.1f')} | "
+                         f"{_num(s.get('planning_s'), '.1f')} | "
                          f"{_num(s['peak_rss_bytes'] and s['peak_rss_bytes'] / 2**20)} | "
                          f"{_num(s['state_bytes'] and s['state_bytes'] / 1024, ',.1f')} | "
                          f"{_num(s['materializer_state_bytes'] and s['materializer_state_bytes'] / 1024, ',.1f')} |")

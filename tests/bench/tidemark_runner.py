@@ -75,7 +75,9 @@ class TidemarkRun:
     variant: str
     input_rows: int
     startup_s: float | None  # None in a warm session (its start-up is the session's)
-    run_s: float
+    run_s: float  # 'started' -> the sink holds the last output
+    #: input records / (run_s - planning_s): the clock starts where Flink's does (see
+    #: ``_start_planning_s``); None planning (the CLI) counts as 0
     rows_per_s: float
     peak_rss_bytes: int
     state_bytes: int
@@ -92,6 +94,9 @@ class TidemarkRun:
     #: current-version bytes per keyed stage name (when the operators map onto the stages)
     state_by_stage: dict[str, int] = field(default_factory=dict)
     materializer_state_bytes: int | None = None
+    #: the query's first-batch planning, seconds (session runs only)
+    planning_s: float | None = None
+    rows_per_s_with_planning: float | None = None
     #: where the run's wall time went (seconds): produce, job (the session's round trip, and
     #: inside it compile/start/wait/close), read (the sink table), state_scan
     phases: dict[str, float] = field(default_factory=dict)
@@ -268,6 +273,7 @@ def run_workload(
         exit_status = int(reply["exit_status"])
         failure = reply.get("error", "")
         state_operators = reply.get("state_operators") or []
+        planning_s = reply.get("planning_s")
         phases.update(reply.get("phases") or {})
         log = session.workdir / "driver.log"
     else:
@@ -275,6 +281,7 @@ def run_workload(
                                               max_records_per_trigger, timeout_s, f"{name}/{variant}")
         failure = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
         state_operators = []
+        planning_s = None  # the CLI's status file does not carry it
     phases["job_s"] = time.monotonic() - t
     if progress is not None:
         for e in events(status):
@@ -291,6 +298,7 @@ def run_workload(
         raise TidemarkRunError(f"{name}/{variant}: no 'started' or data batch in {status}")
     t_end = max(e["ts"] for e in data)
     run_s = t_end - started
+    measured_s = run_s - (planning_s or 0.0)  # see _start_planning_s
     rows_in = sum(e["rows_in"] for e in batches)
     if rows_in != input_rows:
         raise TidemarkRunError(f"{name}/{variant}: the job read {rows_in} records, the workload has {input_rows}")
@@ -309,7 +317,9 @@ def run_workload(
                                   if by_stage else None),
         state_by_stage=by_stage,
         workload=name, variant=variant, input_rows=input_rows,
-        startup_s=(started - t_spawn) if t_spawn is not None else None, run_s=run_s, rows_per_s=input_rows / run_s if run_s > 0 else float("inf"),
+        startup_s=(started - t_spawn) if t_spawn is not None else None, run_s=run_s, planning_s=planning_s,
+        rows_per_s=input_rows / measured_s if measured_s > 0 else float("inf"),
+        rows_per_s_with_planning=input_rows / run_s if run_s > 0 else float("inf"),
         peak_rss_bytes=peak, state_bytes=state_bytes, phases={k: round(v, 2) for k, v in phases.items()},
         state_current_version_bytes=int(data[-1].get("state_size_bytes") or 0),
         batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status, state_operators=state_operators,
@@ -485,6 +495,19 @@ def _state_operators(job: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _start_planning_s(job: Any) -> float | None:
+    """Spark's planning of the query's first batch (``durationMs.queryPlanning``): analysis,
+    optimization, physical planning, the state schema checks and each keyed stage's Python
+    processor pre-init, done once per query start. Flink does the same work (planning,
+    job graph) before its job is RUNNING, where its throughput clock starts; taking this
+    out of Tidemark's clock puts both at the same boundary."""
+    for p in job.query.recentProgress if job.query is not None else []:
+        durations = p.get("durationMs") if isinstance(p, Mapping) else getattr(p, "durationMs", None)
+        if durations and durations.get("queryPlanning") is not None:
+            return int(durations["queryPlanning"]) / 1000
+    return None
+
+
 def serve(log_file: Path) -> None:
     """The child side of ``TidemarkSession``: JSON lines in on stdin, one JSON line out on
     the original stdout per run (carrying the run's ``id``); the JVM's and Spark's output go
@@ -547,7 +570,8 @@ def _serve_one(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
             job.close()
         lap("close_s")
         status.emit("idle")
-        return {"ok": True, "exit_status": 0, "state_operators": _state_operators(job), "phases": phases}
+        return {"ok": True, "exit_status": 0, "state_operators": _state_operators(job), "phases": phases,
+                "planning_s": _start_planning_s(job)}
     except Exception as err:  # reported to the harness, which fails the run loudly
         import traceback
 
