@@ -693,8 +693,8 @@ def capped_note(variants: list[str]) -> str:
     names = ", ".join(f"`{k}`" for k in variants)
     return (f"{names} hit {'its' if len(variants) == 1 else 'their'} time cap (`--flink-cap`) and "
             f"{'was' if len(variants) == 1 else 'were'} cancelled: the throughput shown is an upper bound "
-            "(records that had entered the sink materializer's vertex, read after the cancellation, / seconds "
-            "from job start to the cap; the materializer gets slower as its history grows), there is no final "
+            "(all input records / seconds from job start to the cap: the job had not finished; how many records "
+            "had entered the sink materializer's vertex, read after the cancellation, is shown), there is no final "
             "table, so its table is not compared, and its peak RSS is up to the cap only; ratios against it "
             "are bounds (`>=`), its state and RSS ratios are left out.")
 
