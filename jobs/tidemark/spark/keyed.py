@@ -372,7 +372,7 @@ def _pandas_state_fn(runner: _BucketRunner, columns: tuple[str, ...]):
             for pdf in pdfs:
                 yield from zip(
                     pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
-                    pdf["row"].tolist(), pdf["pos"].tolist(),
+                    pdf["row"].tolist(), [p.tolist() for p in pdf["pos"]],  # numpy -> ints
                 )
 
         old = state.get[0] if state.exists else None
