@@ -514,6 +514,16 @@ def _ev(seq: int, kind: str, id: int, category: str, region: str, v: int) -> dic
     return {"kind": kind, "row": {"id": id, "category": category, "region": region, "v": v}, "seq": seq}
 
 
+def _per_category_sql(events_format: str) -> str:
+    """Events summed per (category, region) into a sink keyed by category alone, so a
+    category's row moves between regions (``DO DEDUPLICATE``)."""
+    return "\n".join([
+        "CREATE TABLE events (id BIGINT, category STRING, region STRING, v BIGINT, PRIMARY KEY (id) NOT ENFORCED) "
+        f"WITH ('topic' = 'events', 'format' = '{events_format}');",
+        "CREATE TABLE per_category (category STRING, region STRING, n BIGINT, total BIGINT, PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'pc', 'format' = 'upsert-json');",
+        "INSERT INTO per_category SELECT category, region, COUNT(*) AS n, SUM(v) AS total FROM events GROUP BY category, region ON CONFLICT DO DEDUPLICATE;"])
+
+
 def reproductions() -> list[Workload]:
     """Minimal reproductions of every difference found (docs/conformance.md), by name."""
     proj = "\n".join([
@@ -573,10 +583,7 @@ def reproductions() -> list[Workload]:
         # change, so the row keeps its old position and an older row wins.
         Workload(name="dedup-reinserted-same-row-keeps-old-position", shape="agg_by_sub_key",
                  strategy="DEDUPLICATE", seed=0, pks={"events": "id"},
-                 sql="\n".join([
-                     "CREATE TABLE events (id BIGINT, category STRING, region STRING, v BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'events', 'format' = 'debezium-json');",
-                     "CREATE TABLE per_category (category STRING, region STRING, n BIGINT, total BIGINT, PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'pc', 'format' = 'upsert-json');",
-                     "INSERT INTO per_category SELECT category, region, COUNT(*) AS n, SUM(v) AS total FROM events GROUP BY category, region ON CONFLICT DO DEDUPLICATE;"]),
+                 sql=_per_category_sql("debezium-json"),
                  inputs={"events": [
                      [_ev(1, "+I", 1, "c", "eu", 1), _ev(2, "+I", 2, "c", "us", 1)],
                      [_ev(3, "-D", 1, "c", "eu", 1), _ev(4, "+I", 3, "c", "eu", 1)]]},
@@ -589,10 +596,7 @@ def reproductions() -> list[Workload]:
         # now passes every record's change on in position order.
         Workload(name="dedup-upsert-insert-delete-in-batch-no-refresh", shape="agg_by_sub_key",
                  strategy="DEDUPLICATE", seed=0, pks={"events": "id"},
-                 sql="\n".join([
-                     "CREATE TABLE events (id BIGINT, category STRING, region STRING, v BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'events', 'format' = 'upsert-json');",
-                     "CREATE TABLE per_category (category STRING, region STRING, n BIGINT, total BIGINT, PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'pc', 'format' = 'upsert-json');",
-                     "INSERT INTO per_category SELECT category, region, COUNT(*) AS n, SUM(v) AS total FROM events GROUP BY category, region ON CONFLICT DO DEDUPLICATE;"]),
+                 sql=_per_category_sql("upsert-json"),
                  inputs={"events": [
                      [_ev(1, "+I", 1, "c", "eu", 1), _ev(2, "+I", 2, "c", "us", 1)],
                      [_ev(3, "+I", 3, "c", "eu", 1), _ev(4, "-D", 3, "c", "eu", 1)]]},
