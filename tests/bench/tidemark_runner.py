@@ -595,12 +595,6 @@ def latency(bootstrap: str, workdir: Path, *, rate: float, seconds: float, backl
     return bench_e2e.one_run(bootstrap, workdir, f"lat-{uuid.uuid4().hex[:6]}", rate, seconds, backlog)
 
 
-def broker_pid(broker: Any) -> int | None:
-    """The embedded Tansu broker's process id (None for a container or an external one)."""
-    proc = getattr(broker, "_proc", None)
-    return proc.pid if proc is not None else None
-
-
 def main() -> None:
     """Run one workload by hand: ``tidemark_runner.py NAME [--scale S]``."""
     import argparse
