@@ -477,20 +477,22 @@ class TidemarkSession:
         self.close()
 
 
+def _get(obj: Any, name: str) -> Any:
+    """A field of a Spark progress entry (a dict, or an object in newer pyspark)."""
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
 def _state_operators(job: Any) -> list[dict[str, Any]]:
     """Per stateful operator of the last batch that read input, in Spark's progress order:
     rows (keys) in the store and the size of its current version."""
-    def get(obj: Any, name: str) -> Any:
-        return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
     last = None
     for p in job.query.recentProgress if job.query is not None else []:
-        if (get(p, "numInputRows") or 0) > 0:
+        if (_get(p, "numInputRows") or 0) > 0:
             last = p
     out = []
-    for op in (get(last, "stateOperators") or []) if last is not None else []:
-        custom = get(op, "customMetrics") or {}
-        out.append({"rows": int(get(op, "numRowsTotal") or 0),
+    for op in (_get(last, "stateOperators") or []) if last is not None else []:
+        custom = _get(op, "customMetrics") or {}
+        out.append({"rows": int(_get(op, "numRowsTotal") or 0),
                     "bytes": int(custom.get("stateOnCurrentVersionSizeBytes") or custom.get("rocksdbSstFileSize") or 0)})
     return out
 
@@ -502,7 +504,7 @@ def _start_planning_s(job: Any) -> float | None:
     job graph) before its job is RUNNING, where its throughput clock starts; taking this
     out of Tidemark's clock puts both at the same boundary."""
     for p in job.query.recentProgress if job.query is not None else []:
-        durations = p.get("durationMs") if isinstance(p, Mapping) else getattr(p, "durationMs", None)
+        durations = _get(p, "durationMs")
         if durations and durations.get("queryPlanning") is not None:
             return int(durations["queryPlanning"]) / 1000
     return None

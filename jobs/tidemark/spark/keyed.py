@@ -362,21 +362,22 @@ def _output_columns(downstream: tuple[KeyedStage, int] | None) -> tuple[str, ...
     return KEYED_COLUMNS if downstream is not None else CHANGE_COLUMNS
 
 
+def _frame_rows(pdf: pd.DataFrame) -> Iterator[tuple]:
+    """A keyed frame's rows as ``_BucketRunner.run`` takes them, a column at a time. Its
+    ``pos`` cells are numpy arrays: ``tolist()`` gives the ints the stages compare."""
+    return zip(pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
+               pdf["row"].tolist(), [p.tolist() for p in pdf["pos"]])
+
+
 def _pandas_state_fn(runner: _BucketRunner, columns: tuple[str, ...]):
     """The applyInPandasWithState function: state arrives with the group (no round trip)."""
 
     def fn(_bucket: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         import pandas as pd
 
-        def rows():
-            for pdf in pdfs:
-                yield from zip(
-                    pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
-                    pdf["row"].tolist(), [p.tolist() for p in pdf["pos"]],  # numpy -> ints
-                )
-
         old = state.get[0] if state.exists else None
-        res = runner.run(rows(), old, state.getCurrentProcessingTimeMs())
+        rows = (r for pdf in pdfs for r in _frame_rows(pdf))
+        res = runner.run(rows, old, state.getCurrentProcessingTimeMs())
         if res.stored is None:
             if old is not None:
                 state.remove()
@@ -427,13 +428,8 @@ def _tws_processor(runner: _BucketRunner, columns: tuple[str, ...], timers: bool
             first = next(rows)  # a group always has at least one frame
             now = int(first["now_ms"].iloc[0])
 
-            def changes():
-                for pdf in itertools.chain([first], rows):
-                    # pos cells are numpy arrays: tolist() gives the ints the stages compare
-                    yield from zip(pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
-                                   pdf["row"].tolist(), [p.tolist() for p in pdf["pos"]])
-
-            yield from self._apply(old, runner.run(changes(), old, now))
+            changes = (r for pdf in itertools.chain([first], rows) for r in _frame_rows(pdf))
+            yield from self._apply(old, runner.run(changes, old, now))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
             got = self.state.get()
