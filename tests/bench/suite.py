@@ -24,11 +24,11 @@ ratios against it are bounds too (``>= R x`` when it is the denominator).
 
 ``--quick`` (``make bench-quick``, the harness's smoke test, about a minute on an idle 2-core
 machine) runs the same workloads, variants and table checks at scale 0.01, once, but with
-``--overlap 3`` (``run_overlapped``): the Flink side and the Tidemark side start and run at the
-same time, Tidemark's runs up to 3 at once as queries of its one Spark session, both JVMs with
+``--overlap 2`` (``run_overlapped``): the Flink side and the Tidemark side start and run at the
+same time, Tidemark's runs up to 2 at once as queries of its one Spark session, both JVMs with
 short-run flags (``QUICK_JAVA_OPTIONS``), with no warm-up job and no latency phase. Measured
 here under the same load: ~140 s one run at a time, 72-81 s with --overlap 1, 63-84 s with 3
-(4 or 7 no better: 2 cores). Its throughput, memory and ratio figures are therefore not measurements, and its
+(4 or 7 no better: 2 cores); 2, since 3 concurrent queries once failed a batch on the CI box. Its throughput, memory and ratio figures are therefore not measurements, and its
 output says so; only ``make bench`` (one run at a time, alternating, medians) measures.
 
 Writes ``--json`` (every run, medians, ratios, targets, machine facts, load) and regenerates
@@ -70,7 +70,7 @@ BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
 DEFAULT_W3_LEGACY_CAP_S = 300.0
 #: defaults of a full run (make bench) and of --quick (make bench-quick, the harness smoke test)
 FULL = {"scale": 0.1, "repeats": 3, "sessions": "suite", "latency_seconds": 20.0, "no_warmup": False, "overlap": 0}
-QUICK = {"scale": 0.01, "repeats": 1, "sessions": "suite", "latency_seconds": 0.0, "no_warmup": True, "overlap": 3}
+QUICK = {"scale": 0.01, "repeats": 1, "sessions": "suite", "latency_seconds": 0.0, "no_warmup": True, "overlap": 2}
 #: JVM flags of both systems in an ``--overlap`` run (a smoke run of tiny jobs): compile with
 #: C1 only and collect with one GC thread. Measured on the quick suite's jobs: the Spark JVM
 #: used 17 instead of 36 CPU-seconds, Flink's 15 instead of 28, for the same wall time alone,
@@ -475,7 +475,14 @@ def run_overlapped(wls: list[Any], args: argparse.Namespace, bootstrap: str, wor
 
             def one(wl: Any, v: str, rep: int) -> None:
                 d = work / wl.name / f"r{rep}-tidemark-{v}"
-                res = timed(run_tidemark, wl, v, bootstrap, d, args, ts)
+                try:
+                    res = timed(run_tidemark, wl, v, bootstrap, d, args, ts)
+                except tidemark_runner.TidemarkRunError as err:
+                    # Concurrent queries on a loaded 2-core CI box have failed once in a
+                    # Spark batch; a smoke run tries again (fresh topics and checkpoint)
+                    # and says so. The measured run (run_all_in_turn) never retries.
+                    say(f"!!! {wl.name}/{v} failed, running it once more: {err}")
+                    res = timed(run_tidemark, wl, v, bootstrap, d.with_name(d.name + "-again"), args, ts)
                 done[(wl.name, rep, "tidemark", v)] = res
                 say(f"{wl.name} repeat {rep + 1}: tidemark {v} done in {res['wall_s']:.1f} s")
 

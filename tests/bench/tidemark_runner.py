@@ -477,6 +477,11 @@ class TidemarkSession:
         self.close()
 
 
+def _head_and_tail(text: str, keep: int = 1500) -> str:
+    """A long error's start (what failed) and end (the Python traceback's last frames)."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]} [...] {text[-keep:]}"
+
+
 def _get(obj: Any, name: str) -> Any:
     """A field of a Spark progress entry (a dict, or an object in newer pyspark)."""
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
@@ -579,7 +584,7 @@ def _serve_one(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
 
         traceback.print_exc()
         return {"ok": False, "exit_status": getattr(err, "exit_status", 1),
-                "error": f"{type(err).__name__}: {str(err).strip()[:500]}"}
+                "error": f"{type(err).__name__}: {_head_and_tail(str(err).strip())}"}
 
 
 # ---------------------------------------------------------------------------- latency
