@@ -47,12 +47,16 @@ def delta_sql(broker: str, consistency: str = "eventual", orders: str = "orders"
     return DELTA_SQL.format(consistency=consistency, orders=orders, customers=customers, run=run)
 
 
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 class IndexProc:
     """A real ``tidemark index`` process with a token."""
 
     def __init__(self, broker: str, log: Path):
         self.url = f"http://127.0.0.1:{free_port()}"
-        env = {**os.environ, "TIDEMARK_API_TOKEN": INDEX_TOKEN}
+        env = {**os.environ, "TIDEMARK_INDEX_TOKEN": INDEX_TOKEN}
         with open(log, "ab") as out:
             self.p = subprocess.Popen([TIDEMARK, "index", "--port", self.url.rsplit(":", 1)[1],
                                        "--bootstrap-servers", broker], stdout=out, stderr=out, env=env)
@@ -66,7 +70,8 @@ class IndexProc:
             return False
 
     def tables(self) -> dict[str, dict]:
-        return {t["table"]: t for t in httpx.get(self.url + "/v1/tables", timeout=10).json()["tables"]}
+        r = httpx.get(self.url + "/v1/tables", headers=bearer(INDEX_TOKEN), timeout=10)
+        return {t["table"]: t for t in r.json()["tables"]}
 
     def stop(self) -> None:
         if self.p.poll() is None:
@@ -194,10 +199,17 @@ def test_embedded_index_service_is_started_once_reused_and_stopped(make_service,
     assert url.startswith("http://127.0.0.1:")
     embedded = svc.controller.indexes.embedded
     assert embedded.starts == 1
-    tables = {t["table"] for t in httpx.get(url + "/v1/tables").json()["tables"]}
+    tables = {t["table"] for t in httpx.get(url + "/v1/tables", headers=bearer(embedded.token)).json()["tables"]}
     assert tables == {"orders", "customers", "o2", "c2"}
-    # its mutating endpoints need its own token, which only the control service and its jobs know
+    # every /v1 endpoint needs its own token, which only the control service and its jobs know
     assert httpx.post(url + "/v1/tables", json={"ddl": "x"}).status_code == 401
+    assert httpx.get(url + "/v1/tables").status_code == 401
+    assert httpx.post(url + "/v1/lookup", json={"table": "orders", "keys": [[1]]}).status_code == 401
+    # ... which it reads from TIDEMARK_INDEX_TOKEN in its environment, never from its command line
+    environ = Path(f"/proc/{embedded.pid}/environ").read_bytes().split(b"\0")
+    assert f"TIDEMARK_INDEX_TOKEN={embedded.token}".encode() in environ
+    assert not any(e.startswith(b"TIDEMARK_API_TOKEN=") for e in environ)  # not the control service's token
+    assert embedded.token.encode() not in Path(f"/proc/{embedded.pid}/cmdline").read_bytes()
 
     svc.client.post("/v1/pipelines/enrich-one/start")
     wait_for(lambda: svc.status("enrich-one")["state"] == "running", what="running")

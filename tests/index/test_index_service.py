@@ -70,7 +70,7 @@ def wait_ready(client: TestClient) -> dict:
 
 
 def lookup(client: TestClient, table: str, keys: list, index: str = "PRIMARY", **kw) -> dict:
-    r = client.post("/v1/lookup", json={"table": table, "index": index, "keys": keys, **kw})
+    r = client.post("/v1/lookup", json={"table": table, "index": index, "keys": keys, **kw}, headers=AUTH)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -87,7 +87,7 @@ def test_present_absent_and_deleted_keys(serve, kafka_bootstrap: str, make_topic
     by_k = lookup(client, "t", [[10], [20], [30]], index="by_k")["rows"]
     assert by_k == [[[1, 10, "a"]], [[2, 20, "b2"]], []]  # 2 moved to 20, 3 deleted
     assert sum(got["applied_offsets"].values()) == 5
-    table = client.get("/v1/tables/t").json()
+    table = client.get("/v1/tables/t", headers=AUTH).json()
     assert table["rows"] == 2 and table["ready"] is True
 
 
@@ -112,7 +112,7 @@ def test_offsets_fence_waits_then_answers_or_times_out(serve, kafka_bootstrap: s
     client = serve(max_wait_ms=60_000)
     register(client, "f", topic)
     wait_ready(client)
-    r = client.post("/v1/lookup", json={"table": "f", "keys": [[2]], "min_offsets": {"0": 2}, "timeout_ms": 200})
+    r = client.post("/v1/lookup", json={"table": "f", "keys": [[2]], "min_offsets": {"0": 2}, "timeout_ms": 200}, headers=AUTH)
     assert r.status_code == 503
     assert "table 'f': offsets {0: 2} not applied within 200 ms (applied: {0: 1})" in r.json()["detail"]
 
@@ -136,7 +136,7 @@ def test_as_of_lookups_and_release(serve, kafka_bootstrap: str, make_topic) -> N
     assert lookup(client, "h", [[2]], index="by_k", as_of={"0": 2})["rows"] == [[[1, 2, "v1"]]]
     r = client.post("/v1/tables/h/release", json={"offsets": {"0": 3}}, headers=AUTH)
     assert r.status_code == 200 and r.json()["dropped_versions"] == 3  # v0, v1 and the tombstone
-    too_old = client.post("/v1/lookup", json={"table": "h", "keys": [[1]], "as_of": {"0": 2}})
+    too_old = client.post("/v1/lookup", json={"table": "h", "keys": [[1]], "as_of": {"0": 2}}, headers=AUTH)
     assert too_old.status_code == 409
     assert "as_of offset 2 of partition 0 is below the released history (kept from offset 3)" in too_old.json()["detail"]
     assert lookup(client, "h", [[1]], as_of={"0": 3})["rows"] == [[]]
@@ -165,7 +165,7 @@ def test_not_ready_until_the_initial_load_caught_up(serve, kafka_bootstrap: str,
     assert client.get("/healthz").status_code == 200
     GatedFeed.gate.set()
     assert wait_ready(client) == {"status": "ready", "tables": ["r"]}
-    assert client.get("/v1/tables/r").json()["rows"] == 50
+    assert client.get("/v1/tables/r", headers=AUTH).json()["rows"] == 50
 
 
 def test_restart_rebuilds_from_the_topic(serve, kafka_bootstrap: str, make_topic) -> None:  # noqa: F811
@@ -204,7 +204,7 @@ def test_bad_requests_are_4xx_with_a_message(serve, kafka_bootstrap: str, make_t
         ({"table": "b", "keys": [[1]], "timeout_ms": -1}, 400, "timeout_ms"),
     ]
     for body, status, message in cases:
-        r = client.post("/v1/lookup", json=body)
+        r = client.post("/v1/lookup", json=body, headers=AUTH)
         assert r.status_code == status, (body, r.text)
         assert message in r.json()["detail"], (body, r.json())
     huge = client.post("/v1/lookup", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})

@@ -54,23 +54,18 @@ def control(
         help="Index service for delta-join pipelines (token: $TIDEMARK_INDEX_TOKEN); "
              "default: start one on loopback when the first delta-join pipeline arrives")] = None,
     lease_ttl: Annotated[float, typer.Option(help="Seconds a pipeline lease lasts without renewal")] = 15.0,
-    insecure_dev: Annotated[bool, typer.Option("--insecure-dev", help="Run without a bearer token (dev only)")] = False,
+    insecure_dev: Annotated[bool, typer.Option(
+        "--insecure-dev", help="Run without a bearer token (dev only; loopback --host only)")] = False,
 ) -> None:
     """Start the control service: REST API, pipeline registry, job supervision."""
     from tidemark.control.app import create_app
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings
+    from tidemark.service_cli import bearer_token
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
-    token = os.environ.get("TIDEMARK_API_TOKEN") or None
-    if token is None and not insecure_dev:
-        typer.echo("error: set TIDEMARK_API_TOKEN (the bearer token clients must send), "
-                   "or pass --insecure-dev for a local, unauthenticated service", err=True)
-        raise typer.Exit(2)
-    if token is None:
-        typer.echo("WARNING: --insecure-dev: the API accepts every request without a token; "
-                   "never expose this service beyond your machine", err=True)
+    token = bearer_token("TIDEMARK_API_TOKEN", insecure_dev=insecure_dev, host=host)
     if index_url is not None and not index_url.startswith(("http://", "https://")):
         typer.echo(f"error: --index-url {index_url!r}: expected an http:// or https:// URL", err=True)
         raise typer.Exit(2)
