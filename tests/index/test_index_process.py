@@ -10,9 +10,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
+from index_support import PROCESS_TOKEN
 from test_index_service import ddl, produce, upsert
+
+from tidemark.engine.sql import _table_def, parse_statements
+from tidemark.index_client.http import HttpLookup
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +114,31 @@ def test_malformed_json_bodies_are_400_with_a_message(index_process, kafka_boots
         assert detail.startswith("request body is not valid JSON: ") and message in detail, (body[:60], detail)
         assert "NaN, Infinity and unpaired surrogates are not JSON" in detail
     assert "Traceback" not in proc.log.read_text()
+
+
+def test_the_jobs_client_retries_while_every_waiting_slot_is_taken(index_process, kafka_bootstrap, make_topic):
+    """``HttpLookup`` (what a job's tasks look rows up with): a fenced lookup answered 429
+    (the one waiting slot is taken) is sent again until the slot is free."""
+    topic = make_topic("w")
+    produce(kafka_bootstrap, topic, [upsert(1, 10, "a")])
+    proc = index_process("--max-waiters", "1")
+    text = ddl("w", topic)
+    assert proc.client.post("/v1/tables", json={"ddl": text}).status_code == 201
+    proc.wait_ready()
+    holder = ThreadPoolExecutor(1).submit(proc.client.post, "/v1/lookup", json={
+        "table": "w", "keys": [[1]], "min_offsets": {"0": 2}, "timeout_ms": 20_000})
+    deadline = time.monotonic() + 10
+    while "tidemark_index_waiting_lookups 1.0" not in proc.anon.get("/metrics").text:
+        assert time.monotonic() < deadline, "the first lookup never waited"
+        time.sleep(0.05)
+    client = HttpLookup(proc.url, {"w": _table_def(parse_statements(text)[0])}, token=PROCESS_TOKEN, timeout_s=30)
+    second = ThreadPoolExecutor(1).submit(client, "w", "PRIMARY", [(2,)], min_offsets={0: 2})
+    time.sleep(1.0)
+    assert not second.done()  # refused, and trying again
+    produce(kafka_bootstrap, topic, [upsert(2, 20, "b")])
+    assert second.result(20) == [[((2, 20, "b"), ())]]
+    assert holder.result(20).status_code == 200
+    client.close()
+    refused = re.search(r'^tidemark_index_lookups_total\{outcome="too_many_waiters",table="w"\} (\S+)$',
+                        proc.anon.get("/metrics").text, re.M)
+    assert refused and float(refused.group(1)) >= 1

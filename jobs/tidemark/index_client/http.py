@@ -84,7 +84,7 @@ class HttpLookup:
     def _post_lookup(self, body: dict) -> httpx.Response:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_result(lambda resp: resp.status_code == 429),
-            wait=tenacity.wait_exponential_jitter(initial=0.05, max=2.0),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.1),
             stop=tenacity.stop_after_delay(self.timeout_s),
             retry_error_callback=lambda state: state.outcome.result(),  # the last 429, reported as such
         )
