@@ -72,6 +72,15 @@ class Release(BaseModel):
     offsets: dict[int, int]
 
 
+class ErrorBody(BaseModel):
+    detail: str = Field(description="What was wrong, and where")
+
+
+def _errors(*codes: int) -> dict:
+    """Documented error answers (every 4xx/503 is ``{"detail": message}``)."""
+    return {code: {"model": ErrorBody} for code in (400, 401, *codes)}
+
+
 class IndexService:
     """The tables being indexed; shared by the API handlers and the metrics collector."""
 
@@ -214,7 +223,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
     def healthz() -> dict:
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.get("/readyz", responses={503: {"description": "a table is loading or failed"}})
     def readyz(response: Response) -> dict:
         tables = {name: describe(f) for name, f in service.feeds.items()}
         waiting = [n for n, d in tables.items() if not d["ready"]]
@@ -224,32 +233,33 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
             return {"status": "loading", "loading": waiting, "failed": failed}
         return {"status": "ready", "tables": sorted(tables)}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response, summary="Prometheus text format",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     needs_token = [Depends(authorize)]
 
-    @app.post("/v1/tables", status_code=201, dependencies=needs_token)
+    @app.post("/v1/tables", status_code=201, dependencies=needs_token, responses=_errors(409, 413))
     def register(reg: TableRegistration) -> dict:
         return describe(service.register(reg))
 
-    @app.get("/v1/tables", dependencies=needs_token)
+    @app.get("/v1/tables", dependencies=needs_token, responses=_errors())
     def tables() -> dict:
         return {"tables": [describe(f) for _, f in sorted(service.feeds.items())]}
 
-    @app.get("/v1/tables/{name}", dependencies=needs_token)
+    @app.get("/v1/tables/{name}", dependencies=needs_token, responses=_errors(404))
     def table(name: str) -> dict:
         return describe(service.feed(name))
 
-    @app.post("/v1/tables/{name}/release", dependencies=needs_token)
+    @app.post("/v1/tables/{name}/release", dependencies=needs_token, responses=_errors(404, 413))
     def release(name: str, body: Release) -> dict:
         feed = service.feed(name)
         with feed.cond:
             dropped = feed.index.release(body.offsets)
         return {"dropped_versions": dropped, **describe(feed)}
 
-    @app.post("/v1/lookup", dependencies=needs_token)
+    @app.post("/v1/lookup", dependencies=needs_token, responses=_errors(404, 409, 413, 429, 503))
     def lookup(req: LookupRequest) -> dict:
         feed = service.feed(req.table)
         spec = feed.index.indexes.get(req.index)
