@@ -1,0 +1,70 @@
+"""The registry applies only records a control service wrote (issue 12, finding 1), on a
+real broker: a pipeline cannot write the registry topic, and records written straight to
+it by anyone without the registry key are skipped without touching the state dir."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+from control_support import EXAMPLE_SQL, TOKEN, register, wait_for
+
+from tidemark.control.registry_signing import headers, signing_key
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_pipeline_writing_or_reading_the_registry_topic_is_refused(service, registry_topic):
+    as_sink = EXAMPLE_SQL.replace("'topic' = 't1'", f"'topic' = '{registry_topic}'")
+    r = register(service, "hijack", sql=as_sink)
+    assert r.status_code == 422, r.text
+    assert "table 't1'" in r.json()["detail"] and "registry topic" in r.json()["detail"]
+    as_source = EXAMPLE_SQL.replace("'topic' = 's2'", f"'topic' = '{registry_topic}'")
+    r = register(service, "snoop", sql=as_source)
+    assert r.status_code == 422 and "table 's2'" in r.json()["detail"]
+    assert service.client.get("/v1/pipelines").json()["pipelines"] == []
+
+
+def forged(name: str, uid: str) -> bytes:
+    return json.dumps({"kind": "pipeline", "name": name, "sql": EXAMPLE_SQL, "options": {}, "desired": "running",
+                       "version": 1, "uid": uid, "request_id": "forged", "created_at": 0.0,
+                       "updated_at": 0.0}).encode()
+
+
+def skipped(svc, reason: str) -> float:
+    for line in httpx.get(svc.url + "/metrics").text.splitlines():
+        if line.startswith(f'tidemark_registry_records_skipped_total{{reason="{reason}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_records_written_straight_to_the_topic_are_ignored(service, broker, registry_topic, tmp_path):
+    assert register(service, "legit").status_code == 201
+    p = Producer({"bootstrap.servers": broker})
+    p.produce(registry_topic, key=b"evil", value=forged("evil", "/../../../x"))  # the issue's record
+    p.produce(registry_topic, key=b"legit", value=None)  # an unsigned tombstone for a real pipeline
+    wrong_key = signing_key("not-the-service-key", None)
+    p.produce(registry_topic, key=b"evil2", value=forged("evil2", uuid.uuid4().hex),
+              headers=headers(wrong_key, b"evil2", forged("evil2", uuid.uuid4().hex)))
+    # signed with the service's own key (derived from its token) but not a record the API
+    # writes: its uid would leave the state dir
+    own_key = signing_key(None, TOKEN)
+    p.produce(registry_topic, key=b"evil3", value=forged("evil3", "/../../../x"),
+              headers=headers(own_key, b"evil3", forged("evil3", "/../../../x")))
+    p.flush(10)
+
+    wait_for(lambda: skipped(service, "signature") == 3 and skipped(service, "invalid") == 1,
+             what="the forged records counted as skipped")
+    for _ in range(3):  # reconcile passes that would have started the forged pipelines
+        service.controller.reconcile_once()
+    assert [p["name"] for p in service.client.get("/v1/pipelines").json()["pipelines"]] == ["legit"]
+    assert service.client.get("/v1/pipelines/evil").status_code == 404
+    assert not service.controller.supervisors
+    state_dir = service.settings.state_dir.resolve()
+    outside = [f for f in tmp_path.rglob("*") if not f.resolve().is_relative_to(state_dir)]
+    assert outside == []
+    assert service.client.delete("/v1/pipelines/legit").status_code == 204
+    assert service.client.get("/v1/pipelines").json()["pipelines"] == []
