@@ -28,8 +28,8 @@ from tidemark.control.json_body import StrictJsonRoute
 from tidemark.control.metrics import build_registry
 from tidemark.control.middleware import AccessLog, BodySizeLimit
 from tidemark.control.models import (
-    DEFAULT_PAGE, MAX_PAGE, NAME_PATTERN, ErrorBody, ExplainRequest, Health, PipelineCreate, PipelineCreated, PipelineList, PipelineStatus,
-    PipelineView,
+    NAME_PATTERN, ErrorBody, ExplainRequest, Health, PageQuery, PipelineCreate, PipelineCreated, PipelineList,
+    PipelineStatus, PipelineView,
 )
 from tidemark.control.registry_kafka import RegistryUnavailable
 from tidemark.control.registry_log import PipelineRecord
@@ -147,12 +147,8 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
 
     @app.get("/v1/pipelines", response_model=PipelineList, dependencies=v1, responses=_errors(401, 422, 503),
              summary="Pipelines in name order, with their state, a page at a time")
-    def list_pipelines(
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Pipelines per page")] = DEFAULT_PAGE,
-        page_token: Annotated[str | None, Query(pattern=NAME_PATTERN,
-                                                description="`next_page_token` of the previous page")] = None,
-    ) -> dict:
-        page, next_token = controller.page(page_token, limit)
+    def list_pipelines(query: Annotated[PageQuery, Query()]) -> dict:
+        page, next_token = controller.page(query.page_token, query.limit)
         return {"pipelines": [{**_view(rec), "state": st["state"], "owner": st["owner"]} for rec, st in page],
                 "next_page_token": next_token}
 

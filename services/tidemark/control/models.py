@@ -41,6 +41,15 @@ class ExplainRequest(BaseModel):
     sql: str = Field(min_length=1, max_length=MAX_SQL_CHARS)
 
 
+class PageQuery(BaseModel):
+    """``GET /v1/pipelines``'s query; an unknown parameter is refused like an unknown field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Pipelines per page")
+    page_token: str | None = Field(None, pattern=NAME_PATTERN, description="`next_page_token` of the previous page")
+
+
 class PipelineView(BaseModel):
     name: str
     sql: str
