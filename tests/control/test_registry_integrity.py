@@ -68,3 +68,18 @@ def test_records_written_straight_to_the_topic_are_ignored(service, broker, regi
     assert outside == []
     assert service.client.delete("/v1/pipelines/legit").status_code == 204
     assert service.client.get("/v1/pipelines").json()["pipelines"] == []
+
+
+def test_a_path_that_would_leave_the_state_dir_is_refused(service):
+    """The backstop behind validation: a record that got past it still cannot place the
+    job's files outside the state dir."""
+    from tidemark.control.controller import UnsafePath
+    from tidemark.control.registry_log import PipelineRecord
+
+    rec = PipelineRecord(name="evil", sql="x", options={}, desired="running", version=1, uid="/../../../x",
+                         request_id="", created_at=0.0, updated_at=0.0)
+    with pytest.raises(UnsafePath, match="not inside the state dir"):
+        service.controller.pipeline_dir(rec)
+    ok = PipelineRecord(name="ok", sql="x", options={}, desired="running", version=1, uid=uuid.uuid4().hex,
+                        request_id="", created_at=0.0, updated_at=0.0)
+    assert service.controller.pipeline_dir(ok).resolve().is_relative_to(service.settings.state_dir.resolve())
