@@ -133,8 +133,9 @@ class KafkaRegistry:
                     why = self.state.apply(key, msg.value()) if signed else "missing or bad signature"
                     if why is not None:
                         self.rejected["invalid" if signed else "signature"] += 1
+                    else:  # a skipped record must not stop a repair (see Controller._repair)
+                        self._last_offset_by_key[key] = msg.offset()
                     self._applied = msg.offset()
-                    self._last_offset_by_key[key] = msg.offset()
                     self._cond.notify_all()
                 if why is not None:
                     log.warning("registry record at offset %d (key %r) skipped: %s", msg.offset(), key[:80], why)
