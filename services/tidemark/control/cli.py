@@ -54,6 +54,9 @@ def control(
         help="Index service for delta-join pipelines (token: $TIDEMARK_INDEX_TOKEN); "
              "default: start one on loopback when the first delta-join pipeline arrives")] = None,
     lease_ttl: Annotated[float, typer.Option(help="Seconds a pipeline lease lasts without renewal")] = 15.0,
+    max_pipelines: Annotated[int, typer.Option(min=1, help="Registrations past this many pipelines get 409")] = 500,
+    max_registry_sql_bytes: Annotated[int, typer.Option(
+        min=1, help="Registrations past this total of SQL bytes get 409")] = 64 * 1024 * 1024,
     insecure_dev: Annotated[bool, typer.Option(
         "--insecure-dev", help="Run without a bearer token (dev only; loopback --host only)")] = False,
 ) -> None:
@@ -75,7 +78,8 @@ def control(
     with _broker(bootstrap_servers) as servers:
         settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,
                                    registry_topic=registry_topic, service_id=service_id, spark_master=master,
-                                   checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl, index_url=index_url)
+                                   checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl, index_url=index_url,
+                                   max_pipelines=max_pipelines, max_registry_sql_bytes=max_registry_sql_bytes)
         try:
             controller = Controller(settings)
         except StateDirInUse as exc:
