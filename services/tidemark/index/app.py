@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from tidemark.control.json_body import StrictJsonRoute
 from tidemark.control.middleware import BodySizeLimit
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import TidemarkError
@@ -48,7 +49,6 @@ from tidemark.engine.sql import _table_def, parse_statements
 from tidemark.engine.types import coerce_value, to_json_value
 from tidemark.index_client.store import PRIMARY, AsOfUnavailable
 from tidemark.index.feed import TableFeed
-from tidemark.strict_json import StrictJSONRoute
 
 MAX_KEYS = 10_000
 
@@ -76,9 +76,10 @@ class ErrorBody(BaseModel):
     detail: str = Field(description="What was wrong, and where")
 
 
-def _errors(*codes: int) -> dict:
-    """Documented error answers (every 4xx/503 is ``{"detail": message}``)."""
-    return {code: {"model": ErrorBody} for code in (400, 401, *codes)}
+def _errors(*codes: int, body: bool = True) -> dict:
+    """Documented error answers (every 4xx/503 is ``{"detail": message}``); an endpoint with
+    a body may also answer 413 (too large), 415 (not JSON) and 422 (not valid JSON)."""
+    return {code: {"model": ErrorBody} for code in (400, 401, *codes, *((413, 415, 422) if body else ()))}
 
 
 class IndexService:
@@ -175,7 +176,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
 
     app = FastAPI(title="Tidemark index service", version="1", lifespan=lifespan,
                   description="Delta-join lookup index over source topics.")
-    app.router.route_class = StrictJSONRoute
+    app.router.route_class = StrictJsonRoute  # NaN, Infinity, lone surrogates: 422, never a 500
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     registry = CollectorRegistry()
     lookups = Counter("tidemark_index_lookups", "Lookup requests", ["table", "outcome"], registry=registry)
@@ -240,26 +241,26 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
 
     needs_token = [Depends(authorize)]
 
-    @app.post("/v1/tables", status_code=201, dependencies=needs_token, responses=_errors(409, 413))
+    @app.post("/v1/tables", status_code=201, dependencies=needs_token, responses=_errors(409))
     def register(reg: TableRegistration) -> dict:
         return describe(service.register(reg))
 
-    @app.get("/v1/tables", dependencies=needs_token, responses=_errors())
+    @app.get("/v1/tables", dependencies=needs_token, responses=_errors(body=False))
     def tables() -> dict:
         return {"tables": [describe(f) for _, f in sorted(service.feeds.items())]}
 
-    @app.get("/v1/tables/{name}", dependencies=needs_token, responses=_errors(404))
+    @app.get("/v1/tables/{name}", dependencies=needs_token, responses=_errors(404, body=False))
     def table(name: str) -> dict:
         return describe(service.feed(name))
 
-    @app.post("/v1/tables/{name}/release", dependencies=needs_token, responses=_errors(404, 413))
+    @app.post("/v1/tables/{name}/release", dependencies=needs_token, responses=_errors(404))
     def release(name: str, body: Release) -> dict:
         feed = service.feed(name)
         with feed.cond:
             dropped = feed.index.release(body.offsets)
         return {"dropped_versions": dropped, **describe(feed)}
 
-    @app.post("/v1/lookup", dependencies=needs_token, responses=_errors(404, 409, 413, 429, 503))
+    @app.post("/v1/lookup", dependencies=needs_token, responses=_errors(404, 409, 429, 503))
     def lookup(req: LookupRequest) -> dict:
         feed = service.feed(req.table)
         spec = feed.index.indexes.get(req.index)
