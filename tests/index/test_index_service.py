@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 
 import pytest
 from confluent_kafka import Producer
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from tests.integration.conftest import kafka_bootstrap, make_topic  # noqa: F401  (shared broker fixtures)
 from tidemark.index.app import IndexService, create_app
 from tidemark.index.feed import TableFeed
+from tidemark.kafka.admin import ensure_topics
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret"
@@ -212,10 +214,8 @@ def test_bad_requests_are_4xx_with_a_message(serve, kafka_bootstrap: str, make_t
 
 
 def test_a_table_whose_topic_did_not_exist_loads_once_created_and_registered_again(
-        serve, kafka_bootstrap: str, make_topic) -> None:  # noqa: F811
-    from tidemark.kafka.admin import ensure_topics
-
-    topic = make_topic("later") + "-not-yet"
+        serve, kafka_bootstrap: str) -> None:  # noqa: F811
+    topic = f"not-yet-{uuid.uuid4().hex[:8]}"  # no such topic (yet)
     client = serve()
     register(client, "late", topic)
     r = wait_for_status(client, lambda r: "does not exist" in str(r.json().get("failed", {})))
@@ -232,11 +232,9 @@ def test_a_table_whose_topic_did_not_exist_loads_once_created_and_registered_aga
 
 @pytest.mark.parametrize("backoff_s, register_again", [((0.1, 0.2), False), ((300.0, 300.0), True)],
                          ids=["retried-by-itself", "registering-again-cuts-the-backoff"])
-def test_a_missing_topic_is_retried_with_backoff(serve, kafka_bootstrap: str, make_topic,  # noqa: F811
+def test_a_missing_topic_is_retried_with_backoff(serve, kafka_bootstrap: str,  # noqa: F811
                                                   backoff_s, register_again) -> None:
-    from tidemark.kafka.admin import ensure_topics
-
-    topic = make_topic("later") + "-not-yet"
+    topic = f"not-yet-{uuid.uuid4().hex[:8]}"  # no such topic (yet)
     client = serve(load_backoff_s=backoff_s)
     register(client, "late", topic)
     wait_for_status(client, lambda r: "retrying in" in str(r.json().get("failed", {})))
