@@ -1,7 +1,9 @@
-"""Helpers shared by the index service tests: ``tidemark index`` as a real process."""
+"""Helpers shared by the index service tests: a table and its records, ``tidemark index``
+as a real process."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -12,9 +14,27 @@ import uuid
 from pathlib import Path
 
 import httpx
+from confluent_kafka import Producer
 
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
 PROCESS_TOKEN = "index-token-" + uuid.uuid4().hex
+
+
+def ddl(name: str, topic: str, fmt: str = "upsert-json") -> str:
+    return (f"CREATE TABLE {name} (id BIGINT, k BIGINT, v STRING, PRIMARY KEY (id) NOT ENFORCED) "
+            f"WITH ('topic' = '{topic}', 'format' = '{fmt}', 'index.by_k.columns' = 'k')")
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[dict | None, dict | None]]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    for key, value in records:
+        p.produce(topic, key=json.dumps(key).encode() if key is not None else None,
+                  value=json.dumps(value).encode() if value is not None else None)
+    assert p.flush(30) == 0
+
+
+def upsert(i: int, k: int, v: str) -> tuple[dict, dict]:
+    return {"id": i}, {"id": i, "k": k, "v": v}
 
 
 def free_port() -> int:

@@ -17,9 +17,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from index_support import PROCESS_TOKEN
+from index_support import PROCESS_TOKEN, produce
 from schemathesis import GenerationMode
-from test_index_service import produce
 
 pytestmark = pytest.mark.integration
 

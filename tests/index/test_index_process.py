@@ -11,8 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from index_support import PROCESS_TOKEN
-from test_index_service import ddl, produce, upsert
+from index_support import PROCESS_TOKEN, ddl, produce, upsert
 
 from tidemark.engine.sql import _table_def, parse_statements
 from tidemark.index_client.http import HttpLookup

@@ -6,13 +6,12 @@ bad requests."""
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 
 import pytest
-from confluent_kafka import Producer
 from fastapi.testclient import TestClient
+from index_support import ddl, produce, upsert
 
 from tests.integration.conftest import kafka_bootstrap, make_topic  # noqa: F401  (shared broker fixtures)
 from tidemark.index.app import IndexService, create_app
@@ -22,23 +21,6 @@ from tidemark.kafka.admin import ensure_topics
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def ddl(name: str, topic: str, fmt: str = "upsert-json") -> str:
-    return (f"CREATE TABLE {name} (id BIGINT, k BIGINT, v STRING, PRIMARY KEY (id) NOT ENFORCED) "
-            f"WITH ('topic' = '{topic}', 'format' = '{fmt}', 'index.by_k.columns' = 'k')")
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple[dict | None, dict | None]]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for key, value in records:
-        p.produce(topic, key=json.dumps(key).encode() if key is not None else None,
-                  value=json.dumps(value).encode() if value is not None else None)
-    assert p.flush(30) == 0
-
-
-def upsert(i: int, k: int, v: str) -> tuple[dict, dict]:
-    return {"id": i}, {"id": i, "k": k, "v": v}
 
 
 @pytest.fixture
