@@ -54,9 +54,14 @@ def control(
         help="Index service for delta-join pipelines (token: $TIDEMARK_INDEX_TOKEN); "
              "default: start one on loopback when the first delta-join pipeline arrives")] = None,
     lease_ttl: Annotated[float, typer.Option(help="Seconds a pipeline lease lasts without renewal")] = 15.0,
-    insecure_dev: Annotated[bool, typer.Option("--insecure-dev", help="Run without a bearer token (dev only)")] = False,
+    insecure_dev: Annotated[bool, typer.Option("--insecure-dev", metavar="", help="Run without a bearer token (dev only): TIDEMARK_API_TOKEN is then not needed")] = False,
 ) -> None:
-    """Start the control service: REST API, pipeline registry, job supervision."""
+    """Start the control service: REST API, pipeline registry, job supervision.
+
+    Clients authenticate with a bearer token: export TIDEMARK_API_TOKEN=... before starting
+    (required unless --insecure-dev) and send "Authorization: Bearer $TIDEMARK_API_TOKEN".
+    /healthz, /readyz, /metrics, /docs and /openapi.json need no token.
+    """
     from tidemark.control.app import create_app
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings
