@@ -47,3 +47,7 @@ app.command("run")(_run)
 from tidemark.index.cli import index as _index  # noqa: E402
 
 app.command("index")(_index)
+
+from tidemark.cli.dlq import dlq as _dlq  # noqa: E402
+
+app.command("dlq")(_dlq)
