@@ -32,7 +32,7 @@ test: $(STAMP) $(FLINK_STAMP)
 conformance: $(STAMP) $(FLINK_STAMP)
 	TIDEMARK_CONFORMANCE=full $(PY) -m pytest -m conformance tests/conformance
 
-# Tidemark and Flink 2.3 side by side (issue 7): sizes live in tests/bench/suite.py (FULL, QUICK)
+# Tidemark and Flink 2.3 side by side: workload sizes live in tests/bench/suite.py (FULL, QUICK)
 bench: $(STAMP) $(FLINK_STAMP)
 	$(PY) tests/bench/suite.py --out docs/benchmarks.md --json tests/bench/results.json
 
