@@ -84,22 +84,28 @@ def _clone(dest: Path) -> None:
 
 
 def _run(script: str, cwd: Path, timeout_s: float) -> subprocess.CompletedProcess:
+    """Run ``script`` with bash; its output goes to files, not pipes, so a process it left
+    in the background cannot keep the test waiting for the end of its output."""
     env = {**os.environ, "PATH": f"{cwd / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200"}
     env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-    proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=cwd, env=env, text=True, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"timed out after {timeout_s}s:\n{out}\n{err}") from None
-    finally:
+    out_path, err_path = cwd.parent / f"{cwd.name}.stdout", cwd.parent / f"{cwd.name}.stderr"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=cwd, env=env, text=True,
+                                start_new_session=True, stdout=out, stderr=err)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)  # whatever the block left running in the background
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(script, proc.returncode, out, err)
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)  # whatever the block left running in the background
+            except ProcessLookupError:
+                pass
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    if proc.returncode == -signal.SIGKILL:
+        raise AssertionError(f"timed out after {timeout_s}s:\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(script, proc.returncode, stdout, stderr)
 
 
 def _check(block: Block, cwd: Path) -> None:
