@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import kafka_bootstrap  # noqa: F401  (the session's broker)
 from tidemark.engine.sql import parse_script
 from tidemark.formats import DecodeError, decoder_for
 from tidemark.formats.dead_letter import DeadLetter
@@ -63,7 +62,7 @@ def tidemark_dlq(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("encoding", ["json", "avro"])
-def test_prints_every_dead_letter_with_reason_and_coordinate(kafka_bootstrap: str, encoding: str) -> None:  # noqa: F811
+def test_prints_every_dead_letter_with_reason_and_coordinate(kafka_bootstrap: str, encoding: str) -> None:
     pipeline = f"dlq-cmd-{uuid.uuid4().hex[:8]}"
     letters = [letter_for(pipeline, i, v) for i, v in enumerate(BAD)]
     write(kafka_bootstrap, pipeline, letters, encoding)
@@ -85,7 +84,7 @@ def test_prints_every_dead_letter_with_reason_and_coordinate(kafka_bootstrap: st
         (d.source_offset, d.error_kind, d.reason) for d in letters]
 
 
-def test_follow_prints_letters_as_they_arrive(kafka_bootstrap: str, tmp_path: Path) -> None:  # noqa: F811
+def test_follow_prints_letters_as_they_arrive(kafka_bootstrap: str, tmp_path: Path) -> None:
     pipeline = f"dlq-follow-{uuid.uuid4().hex[:8]}"
     write(kafka_bootstrap, pipeline, [letter_for(pipeline, 0, BAD[0])])
     out = tmp_path / "out.txt"
@@ -104,7 +103,7 @@ def test_follow_prints_letters_as_they_arrive(kafka_bootstrap: str, tmp_path: Pa
     assert "unknown_op" in out.read_text()
 
 
-def test_a_pipeline_without_a_dlq_topic_is_one_line_and_status_2(kafka_bootstrap: str) -> None:  # noqa: F811
+def test_a_pipeline_without_a_dlq_topic_is_one_line_and_status_2(kafka_bootstrap: str) -> None:
     done = tidemark_dlq("never-ran", "--bootstrap-servers", kafka_bootstrap)
     assert done.returncode == 2
     assert done.stderr == (f"error: topic 'never-ran.dlq' does not exist on {kafka_bootstrap}: "
