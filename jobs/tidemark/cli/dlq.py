@@ -100,6 +100,8 @@ def dlq(
     ] = False,
 ) -> None:
     """Print a pipeline's dead letters: why each record was refused and where it came from."""
+    from confluent_kafka import KafkaException
+
     from tidemark.kafka.admin import KafkaAdminError
     from tidemark.kafka.broker import broker_answers, configured_bootstrap
 
@@ -116,6 +118,8 @@ def dlq(
             count += 1
     except KafkaAdminError:
         _fail(f"topic '{topic}' does not exist on {bootstrap}: has the pipeline run against this broker?")
+    except (KafkaException, RuntimeError, TimeoutError) as err:
+        _fail(f"reading '{topic}' on {bootstrap}: {err}")
     except KeyboardInterrupt:
         pass
     if not as_json_lines:
