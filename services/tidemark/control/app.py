@@ -18,6 +18,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
@@ -34,6 +35,7 @@ from tidemark.control.models import (
 from tidemark.control.registry_kafka import RegistryUnavailable
 from tidemark.control.registry_log import PipelineRecord
 from tidemark.control.topic_rules import TopicRuleViolation
+from tidemark.version import tidemark_version
 
 log = logging.getLogger("tidemark.control.app")
 
@@ -63,7 +65,7 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
             if manage_controller:
                 controller.close()
 
-    app = FastAPI(title="Tidemark control service", version="1", lifespan=lifespan,
+    app = FastAPIOffline(title="Tidemark control service", version="1", lifespan=lifespan,
                   description="Register, explain, run and watch changelog pipelines.")
     app.router.route_class = StrictJsonRoute
     metrics_registry, request_histogram = build_registry(controller)
@@ -185,7 +187,7 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
 
     @app.get("/healthz", response_model=Health, summary="The process is alive")
     def healthz() -> dict:
-        return {"status": "ok", "service_id": controller.service_id}
+        return {"status": "ok", "service_id": controller.service_id, "version": tidemark_version()}
 
     @app.get("/readyz", response_model=Health, responses={503: {"model": Health}},
              summary="Broker reachable and registry loaded")

@@ -58,9 +58,15 @@ def control(
     max_registry_sql_bytes: Annotated[int, typer.Option(
         min=1, help="Registrations past this total of SQL bytes get 409")] = 64 * 1024 * 1024,
     insecure_dev: Annotated[bool, typer.Option(
-        "--insecure-dev", help="Run without a bearer token (dev only; loopback --host only)")] = False,
+        "--insecure-dev", metavar="",
+        help="Run without a bearer token (dev only; loopback --host only): TIDEMARK_API_TOKEN is then not needed")] = False,
 ) -> None:
-    """Start the control service: REST API, pipeline registry, job supervision."""
+    """Start the control service: REST API, pipeline registry, job supervision.
+
+    Clients authenticate with a bearer token: export TIDEMARK_API_TOKEN=... before starting
+    (required unless --insecure-dev) and send "Authorization: Bearer $TIDEMARK_API_TOKEN".
+    /healthz, /readyz, /metrics, /docs and /openapi.json need no token.
+    """
     from tidemark.control.app import create_app
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings

@@ -120,3 +120,4 @@ class Health(BaseModel):
     status: str
     reason: str | None = None
     service_id: str | None = None
+    version: str | None = None

@@ -36,6 +36,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field
@@ -49,6 +50,7 @@ from tidemark.engine.sql import _table_def, parse_statements
 from tidemark.engine.types import coerce_value, to_json_value
 from tidemark.index_client.store import PRIMARY, AsOfUnavailable
 from tidemark.index.feed import TableFeed
+from tidemark.version import tidemark_version
 
 MAX_KEYS = 10_000
 
@@ -174,7 +176,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
         finally:
             service.close()
 
-    app = FastAPI(title="Tidemark index service", version="1", lifespan=lifespan,
+    app = FastAPIOffline(title="Tidemark index service", version="1", lifespan=lifespan,
                   description="Delta-join lookup index over source topics.")
     app.router.route_class = StrictJsonRoute  # NaN, Infinity, lone surrogates: 422, never a 500
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
@@ -222,7 +224,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
 
     @app.get("/healthz")
     def healthz() -> dict:
-        return {"status": "ok"}
+        return {"status": "ok", "version": tidemark_version()}
 
     @app.get("/readyz", responses={503: {"description": "a table is loading or failed"}})
     def readyz(response: Response) -> dict:

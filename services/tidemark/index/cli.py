@@ -30,11 +30,19 @@ def index(
     max_wait_ms: Annotated[int, typer.Option(min=0, help="Longest a lookup waits for its offsets before 503")] = 30_000,
     max_waiters: Annotated[int, typer.Option(
         min=1, help="Lookups that may wait for offsets at once; one more is answered 429 at once")] = 8,
-    no_history: Annotated[bool, typer.Option("--no-history", help="Keep only current rows (no as-of lookups)")] = False,
+    no_history: Annotated[bool, typer.Option(
+        "--no-history", metavar="", help="Keep only current rows (no as-of lookups)")] = False,
     insecure_dev: Annotated[bool, typer.Option(
-        "--insecure-dev", help="Run without a bearer token (dev only; loopback --host only)")] = False,
+        "--insecure-dev", metavar="",
+        help="Run without a bearer token (dev only; loopback --host only): TIDEMARK_INDEX_TOKEN is then not needed")] = False,
 ) -> None:
-    """Start the index service: follows source topics, answers batched lookups."""
+    """Start the index service: follows source topics, answers batched lookups.
+
+    Clients authenticate with a bearer token: export TIDEMARK_INDEX_TOKEN=... before starting
+    (required unless --insecure-dev) and send "Authorization: Bearer $TIDEMARK_INDEX_TOKEN"
+    with every /v1 request, lookups included. /healthz, /readyz, /metrics, /docs and
+    /openapi.json need no token.
+    """
     from tidemark.index.app import IndexService, TableRegistration, create_app
     from tidemark.service_cli import bearer_token
 
