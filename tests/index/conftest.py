@@ -1,4 +1,4 @@
-"""Fixtures for the index service: the session's broker (shared with tests/integration) and
+"""Fixtures for the index service: the session's broker (tests/conftest.py) and
 real ``tidemark index`` processes on free loopback ports."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from index_support import IndexProcess
 
-from tests.integration.conftest import kafka_bootstrap, make_topic  # noqa: F401  (shared broker fixtures)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 from fastapi.testclient import TestClient
 from index_support import ddl, produce, upsert
 
-from tests.integration.conftest import kafka_bootstrap, make_topic  # noqa: F401  (shared broker fixtures)
 from tidemark.index.app import IndexService, create_app
 from tidemark.index.feed import TableFeed
 from tidemark.kafka.admin import ensure_topics
