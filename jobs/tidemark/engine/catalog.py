@@ -9,6 +9,7 @@ that needs before-images.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tidemark.engine.errors import PlanError
 from tidemark.engine.types import SqlType
@@ -61,18 +62,30 @@ class TableDef:
         return [c.type for c in self.columns]
 
     def has_column(self, name: str) -> bool:
-        return any(c.name.lower() == name.lower() for c in self.columns)
+        return self._position(name) is not None
 
     def index_of(self, name: str) -> int:
         """Position of a column (case-insensitive, as Flink's default identifiers are
         matched by the planner here). Raises KeyError naming the table."""
+        i = self._position(name)
+        if i is None:
+            raise KeyError(f"table '{self.name}' has no column '{name}'")
+        return i
+
+    def _position(self, name: str) -> int | None:
+        exact, folded = self._positions
+        i = exact.get(name)
+        return i if i is not None else folded.get(name.lower())
+
+    @cached_property
+    def _positions(self) -> tuple[dict[str, int], dict[str, int]]:
+        # dicts, not scans: a wide table is looked up once per column (planning, replay rows)
+        exact: dict[str, int] = {}
+        folded: dict[str, int] = {}
         for i, c in enumerate(self.columns):
-            if c.name == name:
-                return i
-        for i, c in enumerate(self.columns):
-            if c.name.lower() == name.lower():
-                return i
-        raise KeyError(f"table '{self.name}' has no column '{name}'")
+            exact.setdefault(c.name, i)
+            folded.setdefault(c.name.lower(), i)
+        return exact, folded
 
     @property
     def pk_indexes(self) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from tidemark.engine import limits
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import PlanError, SqlError
 from tidemark.engine.expressions import (
@@ -152,6 +153,13 @@ class Relation:
     types: list[SqlType | None]
     offset: int
 
+    def __post_init__(self) -> None:
+        # case-folded name -> positions: a reference is resolved once per use, so a scan
+        # of the columns per reference made a wide SELECT quadratic
+        self.by_folded: dict[str, list[int]] = {}
+        for i, c in enumerate(self.columns):
+            self.by_folded.setdefault(c.lower(), []).append(i)
+
 
 class Scope:
     """The relations visible in one SELECT, laid side by side in one row (join order)."""
@@ -189,9 +197,8 @@ class Scope:
             candidates = rels
         else:
             candidates = self.relations
-        hits = [
-            (r, i) for r in candidates for i, c in enumerate(r.columns) if c.lower() == name.lower()
-        ]
+        folded = name.lower()
+        hits = [(r, i) for r in candidates for i in r.by_folded.get(folded, ())]
         exact = [(r, i) for r, i in hits if r.columns[i] == name]
         if len(hits) > 1 and len(exact) == 1:
             hits = exact
@@ -370,6 +377,7 @@ class Planner:
             and inp.detail.get("composable")
             and inp.id == len(self.nodes) - 1
             and not self._consumers(inp.id)
+            and self._fold_within_limits(inp.stage, projections, predicate)
         ):
             # fold into the previous calc: substitute its projections into ours
             prev = inp.stage
@@ -390,6 +398,17 @@ class Planner:
             stage=stage, detail={"composable": True, "purpose": purpose},
         )  # fmt: skip
         return node.id
+
+    @staticmethod
+    def _fold_within_limits(prev: Any, projections: list[exp.Expr] | None, predicate: exp.Expr | None) -> bool:
+        """Folding substitutes the previous calc's expressions into ours, so sizes multiply
+        (``c * c`` over ``c * c`` doubles per level): fold only while every composed
+        expression stays within the expression limits, else stack a second calc."""
+        if prev.projections is None:
+            return True
+        inputs = [limits.measure(e) for e in prev.projections]
+        mine = [*(projections or []), *([predicate] if predicate is not None else [])]
+        return all(limits.within(*limits.measure(e, inputs)) for e in mine)
 
     def _consumers(self, node_id: int) -> list[int]:
         return [n.id for n in self.nodes if node_id in n.inputs]
@@ -495,6 +514,8 @@ class Planner:
             raise sql_error(f"{side} JOIN is not supported", join)
         left_width = scope.width
         right_id = self.relation(join.this, scope)
+        if scope.width > limits.COLUMNS.value:
+            raise limits.COLUMNS.refuse(f"the join is {scope.width} columns wide", *position_of(join.this))
         condition = self.resolve(on, scope)
         lkeys: list[int] = []
         rkeys: list[int] = []
@@ -831,13 +852,15 @@ class Planner:
         # map query columns onto sink columns
         if ins.columns is not None:
             targets = []
+            listed: set[int] = set()
             for c in ins.columns:
                 if not sink.has_column(c):
                     raise sql_error(f"sink table '{sink.name}' has no column '{c}'", ins.node.this)
                 j = sink.index_of(c)
-                if j in targets:
+                if j in listed:
                     raise sql_error(f"column '{c}' is listed twice in INSERT INTO {sink.name} (...)", ins.node.this)
                 targets.append(j)
+                listed.add(j)
         else:
             targets = list(range(len(sink.columns)))
         if len(targets) != body.width:
@@ -847,12 +870,12 @@ class Planner:
                 f"({', '.join(sink.columns[j].name for j in targets)})",
                 ins.query,
             )
+        source_of = {j: i for i, j in enumerate(targets)}
         for pk_name in sink.primary_key:
-            if sink.index_of(pk_name) not in targets:
+            if sink.index_of(pk_name) not in source_of:
                 raise PlanError(
                     f"INSERT INTO {sink.name}: primary key column '{pk_name}' must be written (add it to the column list)"
                 )
-        source_of = {j: i for i, j in enumerate(targets)}
         projections: list[exp.Expr] = []
         for j, col in enumerate(sink.columns):
             if j not in source_of:

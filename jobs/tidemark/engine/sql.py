@@ -16,6 +16,7 @@ from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.parser import Parser
 from sqlglot.tokens import Tokenizer, TokenType
 
+from tidemark.engine import limits
 from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.errors import SqlError
 from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
@@ -121,8 +122,13 @@ class Script:
 
 def parse_statements(sql: str) -> list[exp.Expr]:
     """Parse a script into statements, turning sqlglot's errors into SqlError."""
+    dialect = Tidemark()
     try:
-        statements = Tidemark().parse(sql, error_level=ErrorLevel.RAISE)
+        tokens = dialect.tokenize(sql)
+        limits.check_tokens(tokens)
+        statements = dialect.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
+    except RecursionError:
+        raise too_deep() from None
     except ParseError as e:
         err = e.errors[0] if e.errors else {}
         desc = err.get("description") or str(e)
@@ -134,7 +140,18 @@ def parse_statements(sql: str) -> list[exp.Expr]:
         raise SqlError(f"syntax error: {desc}{near}", line, col) from None
     except TokenError as e:
         raise SqlError(f"syntax error: {e}") from None
-    return [s for s in statements if s is not None]
+    statements = [s for s in statements if s is not None]
+    limits.check_statements(statements, position_of)
+    return statements
+
+
+def too_deep() -> SqlError:
+    """What a RecursionError in parsing or planning means for the user: nesting the
+    token and tree limits did not catch (a long chain of prefix operators, say)."""
+    return SqlError(
+        f"the SQL nests too deeply to plan (limits: {limits.NESTING.value} {limits.NESTING.name}, "
+        f"{limits.EXPRESSION_DEPTH.value} {limits.EXPRESSION_DEPTH.name})"
+    )
 
 
 def parse_script(sql: str) -> Script:
@@ -304,14 +321,16 @@ def _table_def(stmt: exp.Create) -> TableDef:
         raise sql_error("CREATE TABLE needs a column list", stmt)
     name = schema.this.name
     columns: list[Column] = []
+    declared: set[str] = set()
     pk: list[str] = []
     pk_node: exp.Expr | None = None
     watermark: tuple[str, str] | None = None
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             col_name = item.name
-            if any(c.name.lower() == col_name.lower() for c in columns):
+            if col_name.lower() in declared:
                 raise sql_error(f"table '{name}': column '{col_name}' is declared twice", item)
+            declared.add(col_name.lower())
             kind_node = item.args.get("kind")
             if kind_node is None:
                 raise sql_error(f"table '{name}': column '{col_name}' has no type", item)
@@ -342,14 +361,14 @@ def _table_def(stmt: exp.Create) -> TableDef:
             raise sql_error(f"table '{name}': {describe(item)} is not supported in CREATE TABLE", item)
     if not columns:
         raise sql_error(f"table '{name}' has no columns", stmt)
-    names = [c.name.lower() for c in columns]
+    spelled = {c.name.lower(): c.name for c in columns}
     for k in pk:
-        if k.lower() not in names:
+        if k.lower() not in spelled:
             raise sql_error(f"table '{name}': primary key column '{k}' is not a column of the table", pk_node)
-    if watermark and watermark[0].lower() not in names:
+    if watermark and watermark[0].lower() not in spelled:
         raise sql_error(f"table '{name}': watermark column '{watermark[0]}' is not a column of the table", stmt)
     # canonical spelling of PK names = the column's declared spelling
-    pk = [columns[names.index(k.lower())].name for k in pk]
+    pk = [spelled[k.lower()] for k in pk]
     options = _with_options(stmt, name)
     return TableDef(name, tuple(columns), tuple(pk), options, watermark)
 
