@@ -789,7 +789,10 @@ class Planner:
         src = self.node(agg_input)
         name = self._stage_name("aggregate")
         group_names = [src.columns[i] for i in group_by]
-        agg_names = [f"{c.func}({src.columns[c.arg] if c.arg is not None else '*'})" for c in agg_calls]
+        agg_names = [
+            f"{c.func}({'DISTINCT ' if c.distinct else ''}{src.columns[c.arg] if c.arg is not None else '*'})"
+            for c in agg_calls
+        ]
         agg_types = [self._agg_type(c, src.types) for c in agg_calls]
         node = self._add(
             "aggregate", name, [agg_input], self._unique_names(group_names + [f"$agg{i}" for i in range(len(agg_calls))]),
