@@ -12,23 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tidemark.engine.errors import PlanError
+from tidemark.engine.options import APPEND_FORMATS, RETRACT_FORMATS, UPSERT_FORMATS, format_problem
 from tidemark.engine.types import SqlType
-
-APPEND_FORMATS = frozenset({"json", "avro", "avro-confluent", "csv", "raw"})
-RETRACT_FORMATS = frozenset(
-    {
-        "debezium-json",
-        "debezium-avro",
-        "debezium-avro-confluent",
-        "changelog-json",
-        "changelog-avro",
-        "canal-json",
-        "maxwell-json",
-        "ogg-json",
-    }
-)
-UPSERT_FORMATS = frozenset({"upsert-json", "upsert-avro", "upsert-avro-confluent"})
-KNOWN_FORMATS = APPEND_FORMATS | RETRACT_FORMATS | UPSERT_FORMATS
 
 
 @dataclass(frozen=True)
@@ -40,13 +25,12 @@ class Column:
 @dataclass(frozen=True)
 class TableDef:
     """A declared table. ``primary_key`` holds column names in declaration order of the
-    PRIMARY KEY clause; ``watermark`` is ``(column, sql_expression_text)`` when declared."""
+    PRIMARY KEY clause."""
 
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
-    watermark: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         # accept lists from callers; keep the dataclass hash-free but tuple-valued
@@ -93,9 +77,14 @@ class TableDef:
 
     @property
     def format(self) -> str | None:
+        """The format as Tidemark names it: Flink's ``upsert-kafka`` connector with a
+        ``value.format`` of ``json`` is ``upsert-json``, and so on."""
         fmt = self.options.get("format") or self.options.get("value.format")
-        if fmt is None and self.options.get("connector") == "upsert-kafka":
-            return "upsert-json"
+        if self.options.get("connector", "").lower() == "upsert-kafka":
+            if fmt is None:
+                return "upsert-json"
+            if fmt.lower() in APPEND_FORMATS:
+                return f"upsert-{fmt.lower()}"
         return fmt
 
     @property
@@ -105,16 +94,15 @@ class TableDef:
         fmt = self.format
         if fmt is None:
             return "append"
+        problem = format_problem(self.name, fmt)
+        if problem is not None:
+            raise PlanError(problem)
         fmt = fmt.lower()
-        if fmt in APPEND_FORMATS:
-            return "append"
         if fmt in RETRACT_FORMATS:
             return "retract"
         if fmt in UPSERT_FORMATS:
             return "upsert"
-        raise PlanError(
-            f"table '{self.name}': unknown format '{fmt}' (known: {', '.join(sorted(KNOWN_FORMATS))})"
-        )
+        return "append"
 
     @property
     def merge_engine(self) -> str | None:

@@ -10,8 +10,8 @@ class TidemarkError(Exception):
     exit_status = 1
 
 
-class SqlError(TidemarkError):
-    """The pipeline SQL is outside the supported subset or malformed."""
+class _Located(TidemarkError):
+    """An error in the pipeline SQL, with the line and column it concerns when known."""
 
     exit_status = 2
 
@@ -21,10 +21,13 @@ class SqlError(TidemarkError):
         self.line, self.col = line, col
 
 
-class PlanError(TidemarkError):
-    """The SQL is valid but cannot be planned (e.g. a missing ON CONFLICT clause)."""
+class SqlError(_Located):
+    """The pipeline SQL is outside the supported subset or malformed."""
 
-    exit_status = 2
+
+class PlanError(_Located):
+    """The SQL is valid but cannot be planned (e.g. a missing ON CONFLICT clause, an
+    unknown option)."""
 
 
 class InputError(TidemarkError):

@@ -481,6 +481,12 @@ class Planner:
                 raise sql_error(f"qualified table names ({item.sql()}) are not supported", item)
             if isinstance(item.this, exp.Func) or not isinstance(item.this, exp.Identifier):
                 raise sql_error(f"table function {describe(item)} is not supported", item)
+            if item.args.get("version") is not None:
+                raise sql_error(
+                    f"{item.name} FOR SYSTEM_TIME AS OF ... (a temporal join) is not supported yet; "
+                    "a regular join would compute something else, so it is refused",
+                    item.args["version"],
+                )
             table = self.script.table(item.name)
             if table is None:
                 raise sql_error(f"unknown table '{item.name}' (declare it with CREATE TABLE)", item)

@@ -17,16 +17,17 @@ from sqlglot.parser import Parser
 from sqlglot.tokens import Tokenizer, TokenType
 
 from tidemark.engine import limits
+from tidemark.engine import options as options_check
 from tidemark.engine.catalog import Column, TableDef
-from tidemark.engine.errors import SqlError
+from tidemark.engine.errors import PlanError, SqlError
 from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
 
 ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
 
 
 class TidemarkParser(Parser):
-    """sqlglot's ANSI parser plus Flink's ``WATERMARK FOR col AS expr`` schema entry and
-    the FLIP's ``ON CONFLICT DO NOTHING | DO ERROR | DO DEDUPLICATE`` actions (``DO UPDATE``
+    """sqlglot's ANSI parser plus Flink's ``WATERMARK FOR col AS expr`` schema entry (parsed
+    only so that it can be refused by name) and the FLIP's ``ON CONFLICT DO NOTHING | DO ERROR | DO DEDUPLICATE`` actions (``DO UPDATE``
     is parsed only so that it can be rejected with a clear message)."""
 
     CONFLICT_ACTIONS = {"DO": ("NOTHING", "ERROR", "DEDUPLICATE", "UPDATE")}
@@ -81,6 +82,11 @@ def _token_len(meta: dict) -> int:
 def sql_error(message: str, node: exp.Expr | None) -> SqlError:
     line, col = position_of(node)
     return SqlError(message, line, col)
+
+
+def plan_error(message: str, node: exp.Expr | None) -> PlanError:
+    line, col = position_of(node)
+    return PlanError(message, line, col)
 
 
 def describe(node: exp.Expr, limit: int = 60) -> str:
@@ -187,8 +193,11 @@ def _set_options(stmt: exp.Set) -> dict[str, str]:
         eq = item.this if isinstance(item, exp.SetItem) else None
         if not isinstance(eq, exp.EQ):
             raise sql_error("SET expects 'key' = 'value'", stmt)
-        key, value = eq.this, eq.expression
-        out[_option_text(key)] = _option_text(value)
+        key = _option_text(eq.this)
+        problem = options_check.check_pipeline_option(key)
+        if problem is not None:
+            raise plan_error(problem, eq.this)
+        out[key] = _option_text(eq.expression)
     return out
 
 
@@ -324,7 +333,6 @@ def _table_def(stmt: exp.Create) -> TableDef:
     declared: set[str] = set()
     pk: list[str] = []
     pk_node: exp.Expr | None = None
-    watermark: tuple[str, str] | None = None
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             col_name = item.name
@@ -353,10 +361,11 @@ def _table_def(stmt: exp.Create) -> TableDef:
             pk = [e.name for e in item.expressions]
             pk_node = item
         elif isinstance(item, exp.WatermarkColumnConstraint):
-            col = item.this
-            if not isinstance(col, exp.Column) or item.expression is None:
-                raise sql_error("WATERMARK must read: WATERMARK FOR column AS expression", item)
-            watermark = (col.name, item.expression.sql(dialect=Tidemark))
+            raise sql_error(
+                f"table '{name}': WATERMARK is not supported yet (event time and watermarks are not "
+                "implemented; Tidemark would ignore it, so it is refused)",
+                item,
+            )
         else:
             raise sql_error(f"table '{name}': {describe(item)} is not supported in CREATE TABLE", item)
     if not columns:
@@ -365,12 +374,10 @@ def _table_def(stmt: exp.Create) -> TableDef:
     for k in pk:
         if k.lower() not in spelled:
             raise sql_error(f"table '{name}': primary key column '{k}' is not a column of the table", pk_node)
-    if watermark and watermark[0].lower() not in spelled:
-        raise sql_error(f"table '{name}': watermark column '{watermark[0]}' is not a column of the table", stmt)
     # canonical spelling of PK names = the column's declared spelling
     pk = [spelled[k.lower()] for k in pk]
     options = _with_options(stmt, name)
-    return TableDef(name, tuple(columns), tuple(pk), options, watermark)
+    return TableDef(name, tuple(columns), tuple(pk), options)
 
 
 def _with_options(stmt: exp.Create, table: str) -> dict[str, str]:
@@ -383,10 +390,17 @@ def _with_options(stmt: exp.Create, table: str) -> dict[str, str]:
             value = p.args.get("value")
             if not (isinstance(value, exp.Literal) and value.is_string):
                 raise sql_error(f"table '{table}': option '{p.this.this}' needs a quoted string value", p)
-            options[str(p.this.this)] = str(value.this)
+            key = str(p.this.this)
+            problem = options_check.check_table_option(table, key, str(value.this))
+            if problem is not None:
+                raise plan_error(problem, p)
+            options[key] = str(value.this)
         else:
             raise sql_error(
                 f"table '{table}': {describe(p)} is not supported; table options are WITH ('key' = 'value', ...)",
                 p,
             )
+    problem = options_check.check_table(table, options)
+    if problem is not None:
+        raise plan_error(problem, props)
     return options
