@@ -4,6 +4,16 @@ to the terminal (the CLI prints ``str(err)`` and exits with the error's status).
 from __future__ import annotations
 
 
+#: how much of a bad value an error message quotes
+QUOTE_CHARS = 80
+
+
+def shorten(text: str, limit: int = QUOTE_CHARS) -> str:
+    """At most ``limit`` characters of ``text``: an error quotes a bad value so that it can
+    be found, never a whole 50 MB line."""
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 class TidemarkError(Exception):
     """Base class: ``exit_status`` is what the CLI exits with."""
 
