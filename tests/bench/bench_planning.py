@@ -12,20 +12,15 @@ Run:  .venv/bin/python tests/bench/bench_planning.py [--sizes 500,1000,2000,4096
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from tidemark.engine.limits import COLUMNS
-from tidemark.engine.pipeline import compile_sql
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-
-def wide_sql(n: int) -> str:
-    cols = ", ".join(f"c{i} BIGINT" for i in range(n))
-    sel = ", ".join(f"c{i} + 1 AS c{i}" for i in range(n))
-    return (
-        f"CREATE TABLE s ({cols}) WITH ('topic' = 's', 'format' = 'json');\n"
-        f"CREATE TABLE t ({cols}) WITH ('topic' = 't', 'format' = 'json');\n"
-        f"INSERT INTO t SELECT {sel} FROM s;\n"
-    )
+from tests.unit.test_plan_limits import wide_sql  # noqa: E402
+from tidemark.engine.limits import COLUMNS  # noqa: E402
+from tidemark.engine.pipeline import compile_sql  # noqa: E402
 
 
 def plan_seconds(n: int, repeat: int) -> float:
