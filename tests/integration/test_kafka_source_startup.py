@@ -84,3 +84,32 @@ def test_a_timestamp_after_every_record_starts_at_the_end(spark, kafka_bootstrap
     assert read_available(spark, table, kafka_bootstrap, checkpoint_dir) == []
     produce(kafka_bootstrap, topic, ["later"], [base + 120_000])
     assert read_available(spark, table, kafka_bootstrap, checkpoint_dir) == ["later"]
+
+
+def test_tidemark_run_honours_latest_offset_end_to_end(kafka_bootstrap, tmp_path):
+    """The table option reaches the running job: a pipeline started with 'latest-offset'
+    never writes the records that were in the topic before it started."""
+    from run_support import sink_table, unique_topics
+    from test_run_cli import tidemark_run
+
+    from tidemark.kafka.admin import ensure_topics
+
+    sql, topics = unique_topics(
+        "CREATE TABLE s (id BIGINT, v STRING, PRIMARY KEY (id) NOT ENFORCED)\n"
+        "  WITH ('topic' = 's', 'format' = 'json', 'scan.startup.mode' = 'latest-offset');\n"
+        "CREATE TABLE t (id BIGINT, v STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 't', 'format' = 'upsert-json');\n"
+        "INSERT INTO t SELECT id, v FROM s;\n",
+        "latest",
+    )
+    (tmp_path / "latest.sql").write_text(sql)
+    ensure_topics(kafka_bootstrap, {topics["s"]: 1, topics["t"]: 1})
+    produce(kafka_bootstrap, topics["s"], ['{"id": 1, "v": "old"}'])
+    args = ["latest.sql", "--bootstrap-servers", kafka_bootstrap, "--until-idle", "--name", f"latest-{topics['s'][-8:]}"]
+
+    first = tidemark_run(args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    produce(kafka_bootstrap, topics["s"], ['{"id": 2, "v": "new"}'])
+    second = tidemark_run(args, cwd=tmp_path)  # same name: resumes from the checkpoint
+    assert second.returncode == 0, second.stderr
+
+    assert sink_table(kafka_bootstrap, compile_sql(sql)) == {(2,): (2, "new")}
