@@ -168,3 +168,13 @@ def test_every_known_option_is_documented_in_docs_sql_md():
     keys += [f"{prefix}" for prefix, _ in options.TABLE_OPTION_PATTERNS]
     missing = [k for k in keys if not re.search(re.escape(k), text)]
     assert not missing, f"docs/sql.md does not mention: {', '.join(missing)}"
+
+
+def test_options_of_the_other_role_are_refused_rather_than_ignored():
+    err = refused(source("'format' = 'debezium-json', 'merge-engine' = 'aggregation'") + SINK + INSERT)
+    assert str(err) == "table 's': option(s) 'merge-engine' are merge options of the sink, and table 's' is read"
+    sink = SINK.replace("'upsert-json'", "'upsert-json', 'scan.startup.mode' = 'latest-offset'")
+    err = refused(source("'format' = 'debezium-json'") + sink + INSERT)
+    assert str(err) == (
+        "table 't': option(s) 'scan.startup.mode' are read by a source, and table 't' is the sink"
+    )

@@ -185,3 +185,21 @@ def _encoding(fmt: str) -> str:
         if fmt.startswith(envelope):
             return fmt[len(envelope) :]
     return fmt
+
+
+#: options only a source reads, refused on the sink (they would be ignored there)
+SOURCE_ONLY = ("scan.startup.mode", "scan.startup.timestamp-millis")
+
+
+def misplaced(table: str, options: dict[str, str], role: str) -> str | None:
+    """Why an option does not apply to a table in its ``role`` (``source`` or ``sink``):
+    merge options configure the sink, startup options a source."""
+    if role == "sink":
+        wrong = [k for k in options if k in SOURCE_ONLY]
+        where = "read by a source, and table '{t}' is the sink"
+    else:
+        wrong = [k for k in options if merge.is_merge_option(k)]
+        where = "merge options of the sink, and table '{t}' is read"
+    if not wrong:
+        return None
+    return f"table '{table}': option(s) {', '.join(repr(k) for k in wrong)} are {where.format(t=table)}"

@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from tidemark.engine import limits
+from tidemark.engine import limits, options
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import PlanError, SqlError
 from tidemark.engine.expressions import (
@@ -318,6 +318,9 @@ class Planner:
     def source(self, table: TableDef) -> int:
         if table.name in self._sources:
             return self._sources[table.name]
+        misplaced = options.misplaced(table.name, table.options, "source")
+        if misplaced is not None:
+            raise PlanError(misplaced)
         mode = table.changelog_mode
         keys = frozenset({Key(table.pk_indexes)}) if table.primary_key else frozenset()
         src = self._add(
@@ -925,6 +928,9 @@ class Planner:
         merge engine; then the sink node."""
         sink = self.script.table(ins.table)
         assert sink is not None
+        misplaced = options.misplaced(sink.name, sink.options, "sink")
+        if misplaced is not None:
+            raise PlanError(misplaced)
         inp = self.node(input_id)
         pk = Key(sink.pk_indexes)
         sink_mode = sink.changelog_mode
