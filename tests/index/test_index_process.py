@@ -14,6 +14,7 @@ import pytest
 from index_support import PROCESS_TOKEN, ddl, produce, upsert
 
 from tidemark.engine.sql import _table_def, parse_statements
+from tidemark.index_client import MAX_LOOKUP_KEYS
 from tidemark.index_client.http import HttpLookup
 
 pytestmark = pytest.mark.integration
@@ -141,3 +142,19 @@ def test_the_jobs_client_retries_while_every_waiting_slot_is_taken(index_process
     refused = re.search(r'^tidemark_index_lookups_total\{outcome="too_many_waiters",table="w"\} (\S+)$',
                         proc.anon.get("/metrics").text, re.M)
     assert refused and float(refused.group(1)) >= 1
+
+
+def test_the_jobs_client_splits_a_lookup_larger_than_one_request_may_carry(index_process, kafka_bootstrap,
+                                                                          make_topic):
+    """A delta join's batch can touch more join keys than one ``POST /v1/lookup`` may carry
+    (the service answers 422 past ``MAX_LOOKUP_KEYS``): ``HttpLookup`` sends it in several
+    requests and answers every key, in order."""
+    proc = registered(index_process, kafka_bootstrap, make_topic)
+    text = ddl("t", "unused")
+    client = HttpLookup(proc.url, {"t": _table_def(parse_statements(text)[0])}, token=PROCESS_TOKEN)
+    keys = [(k,) for k in range(MAX_LOOKUP_KEYS + 5, 0, -1)]  # key 1 (the loaded row) last
+    found = client("t", "PRIMARY", keys)
+    client.close()
+    assert len(found) == len(keys)
+    assert found[-1] == [((1, 10, "a"), ())]
+    assert all(rows == [] for rows in found[:-1])

@@ -1,5 +1,5 @@
 """The delta join's ``lookup`` callable over HTTP: one ``POST /v1/lookup`` per call (a
-batch of keys), rows decoded back into Python values with the table's column types.
+batch of keys; a batch larger than the service takes is sent as several requests), rows decoded back into Python values with the table's column types.
 Used by hosts that run the stage away from the data (Spark tasks).
 
 A lookup that must wait for its offsets takes one of the service's few waiting slots; when
@@ -16,6 +16,7 @@ import tenacity
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.types import coerce_value, to_json_value
+from tidemark.index_client import MAX_LOOKUP_KEYS
 
 
 class IndexLookupError(TidemarkError):
@@ -61,6 +62,20 @@ class HttpLookup:
         as_of: Mapping[int, int] | None = None,
     ) -> list[list[tuple[tuple, tuple]]]:
         tdef = self.tables[table]
+        found: list[list[tuple[tuple, tuple]]] = []
+        for start in range(0, len(keys), MAX_LOOKUP_KEYS):
+            found += self._lookup_chunk(table, tdef, index, keys[start:start + MAX_LOOKUP_KEYS], min_offsets, as_of)
+        return found
+
+    def _lookup_chunk(
+        self,
+        table: str,
+        tdef: TableDef,
+        index: str,
+        keys: Sequence[tuple],
+        min_offsets: Mapping[int, int] | None,
+        as_of: Mapping[int, int] | None,
+    ) -> list[list[tuple[tuple, tuple]]]:
         body = {
             "table": table,
             "index": index,

@@ -48,11 +48,11 @@ from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.sql import _table_def, parse_statements
 from tidemark.engine.types import coerce_value, to_json_value
+from tidemark.index_client import MAX_LOOKUP_KEYS
 from tidemark.index_client.store import PRIMARY, AsOfUnavailable
 from tidemark.index.feed import TableFeed
 from tidemark.version import tidemark_version
 
-MAX_KEYS = 10_000
 
 
 class TableRegistration(BaseModel):
@@ -64,7 +64,7 @@ class TableRegistration(BaseModel):
 class LookupRequest(BaseModel):
     table: str
     index: str = PRIMARY
-    keys: list[list[Any]] = Field(max_length=MAX_KEYS)
+    keys: list[list[Any]] = Field(max_length=MAX_LOOKUP_KEYS)
     min_offsets: dict[int, int] | None = None
     as_of: dict[int, int] | None = None
     timeout_ms: int | None = Field(default=None, ge=0)
