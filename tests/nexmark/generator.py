@@ -5,9 +5,12 @@ what the queries depend on, so that their filters and joins select a realistic s
 
 - event ``i`` is a person, an auction or a bid by its position in a cycle of
   ``sum(proportions)`` events (Nexmark's default 1:3:46);
-- ids count from 1000 (``FIRST_PERSON_ID``, ``FIRST_AUCTION_ID``); a bid goes to a *hot*
-  auction (the first of the last block of 100) 99 times in 100, else to a recent auction,
-  and its bidder is likewise a hot or a recent person; a seller is hot 3 times in 4;
+- ids count from 1000 (``FIRST_PERSON_ID``, ``FIRST_AUCTION_ID``); with Nexmark's default
+  ratios a bid goes to a *hot* auction (the first of the last block of 100) 1 time in 2, else
+  to one of the 100 auctions in flight; its bidder is hot (the second person of the last
+  block of 100) 3 times in 4, else one of the 1000 active people; a seller is hot 3 times
+  in 4. Unlike Nexmark, a reference never points past the newest person or auction (Nexmark
+  lets it lead by up to 10 ids), so every bid and auction can find its partner;
 - prices are ``round(10 ** (u * 6) * 100)`` (100 .. 100,000,000; q14's and q15's ranges);
   categories 10..14 (q3, q20 select 10); states include OR, ID and CA (q3);
 - half the bids come from the hot channels Google, Facebook, Baidu, Apple, the rest from
@@ -32,11 +35,15 @@ FIRST_PERSON_ID = 1000
 FIRST_AUCTION_ID = 1000
 FIRST_CATEGORY_ID = 10
 NUM_CATEGORIES = 5
-HOT_AUCTION_RATIO = 100
-HOT_BIDDER_RATIO = 100
-HOT_SELLER_RATIO = 4
-#: how many of the most recent persons / auctions a "cold" pick chooses from
-ACTIVE_WINDOW = 100
+#: hot ids are the first (auctions, sellers) or second (bidders) of each block of this many
+HOT_BLOCK = 100
+#: a pick is hot unless ``randrange(odds) == 0`` (NexmarkConfiguration's hot*Ratio defaults)
+HOT_AUCTION_ODDS = 2
+HOT_BIDDER_ODDS = 4
+HOT_SELLER_ODDS = 4
+#: how many of the newest auctions / persons a "cold" pick chooses from
+IN_FLIGHT_AUCTIONS = 100
+ACTIVE_PEOPLE = 1000
 HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 CHANNELS = 10_000
 US_STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
@@ -101,14 +108,12 @@ class _Generator:
     def _price(self) -> int:
         return round(10.0 ** (self.rng.random() * 6.0) * 100.0)
 
-    def _recent(self, count: int) -> int:
-        """A base-0 id among the last ``ACTIVE_WINDOW`` of ``count`` entities."""
-        return max(0, count - 1 - self.rng.randrange(min(count, ACTIVE_WINDOW) or 1))
-
-    def _hot_or_recent(self, count: int, ratio: int, hot_odds: int, offset: int = 0) -> int:
+    def _hot_or_recent(self, count: int, hot_odds: int, recent: int, offset: int = 0) -> int:
+        """A base-0 id among ``count`` entities: the hot one of the newest block, or one of the
+        newest ``recent``."""
         if count and self.rng.randrange(hot_odds) > 0:
-            return min(count - 1, ((count - 1) // ratio) * ratio + offset)
-        return self._recent(count)
+            return min(count - 1, ((count - 1) // HOT_BLOCK) * HOT_BLOCK + offset)
+        return max(0, count - 1 - self.rng.randrange(min(count, recent) or 1))
 
     def event(self, i: int) -> Event:
         t = self.start + timedelta(milliseconds=i * self.interval_ms)
@@ -148,7 +153,7 @@ class _Generator:
             "reserve": initial + self._price(),
             "dateTime": _timestamp(t),
             "expires": _timestamp(t + timedelta(milliseconds=rng.randrange(1, 21) * 1000)),
-            "seller": FIRST_PERSON_ID + self._hot_or_recent(self.persons, HOT_SELLER_RATIO, HOT_SELLER_RATIO),
+            "seller": FIRST_PERSON_ID + self._hot_or_recent(self.persons, HOT_SELLER_ODDS, ACTIVE_PEOPLE),
             "category": FIRST_CATEGORY_ID + rng.randrange(NUM_CATEGORIES),
             "extra": self._word(rng.randrange(1, 8)),
         }
@@ -158,9 +163,9 @@ class _Generator:
     def _bid(self, t: datetime) -> Event:
         channel, url = self._channel()
         row = {
-            "auction": FIRST_AUCTION_ID + self._hot_or_recent(self.auctions, HOT_AUCTION_RATIO, HOT_AUCTION_RATIO),
+            "auction": FIRST_AUCTION_ID + self._hot_or_recent(self.auctions, HOT_AUCTION_ODDS, IN_FLIGHT_AUCTIONS),
             # the second person of the block, so hot bidders and hot sellers differ
-            "bidder": FIRST_PERSON_ID + self._hot_or_recent(self.persons, HOT_BIDDER_RATIO, HOT_BIDDER_RATIO, 1),
+            "bidder": FIRST_PERSON_ID + self._hot_or_recent(self.persons, HOT_BIDDER_ODDS, ACTIVE_PEOPLE, 1),
             "price": self._price(),
             "channel": channel,
             "url": url,
