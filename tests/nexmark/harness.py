@@ -42,9 +42,11 @@ class Data:
     seed: int
     n_events: int
     n_batches: int
+    jitter_ms: int = 0
 
     def batches(self) -> list[list[generator.Event]]:
-        return generator.split_batches(generator.generate(self.seed, self.n_events), self.n_batches)
+        events = generator.generate(self.seed, self.n_events, jitter_ms=self.jitter_ms)
+        return generator.split_batches(events, self.n_batches)
 
 
 def query_sql(name: str) -> str:

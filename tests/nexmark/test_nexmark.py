@@ -35,7 +35,9 @@ import harness  # noqa: E402
 pytestmark = pytest.mark.conformance
 
 FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
-DATA = harness.Data(seed=42, n_events=20_000, n_batches=10) if FULL else harness.Data(seed=42, n_events=3_000, n_batches=3)
+#: event time out of order by up to 1.5 s (never late: the watermark delay is 4 s)
+DATA = (harness.Data(seed=42, n_events=20_000, n_batches=10, jitter_ms=1500) if FULL
+        else harness.Data(seed=42, n_events=3_000, n_batches=3, jitter_ms=1500))
 
 
 def _plans(sql: str) -> bool:
