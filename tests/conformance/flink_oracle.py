@@ -25,8 +25,10 @@ How it stays deterministic (see ``docs/conformance.md``): every table of the SQL
 at the ``tidemark-oracle`` connector (Java, in ``oracle_java/``, compiled here with javac on
 first use). Its sources release one global record sequence in lockstep, proven drained by
 aligned checkpoints whenever the next record belongs to another table, and end each batch with
-watermark ``i`` on every source; its sink materializes the upsert stream Flink writes and
-snapshots the table on every watermark. All cases run on one session mini-cluster started in the
+watermark ``i`` on every source (a table's own ``WATERMARK FOR ... AS ...`` is taken over by
+the source too, so no event is ever late and event-time windows fire at the end of input); its
+sink materializes the upsert stream Flink writes (a multiset when the sink has no primary key)
+and snapshots the table on every watermark. All cases run on one session mini-cluster started in the
 gateway JVM, each as its own job (in its own database), ``slots`` at a time: the ~10 s JVM and
 cluster start-up is paid once per subprocess, and a job that fails (``DO ERROR``) fails alone.
 """
