@@ -35,7 +35,7 @@ docs-check: $(STAMP)
 	$(PY) -m pytest tests/docs
 
 conformance: $(STAMP) $(FLINK_STAMP)
-	TIDEMARK_CONFORMANCE=full $(PY) -m pytest -m conformance tests/conformance
+	TIDEMARK_CONFORMANCE=full $(PY) -m pytest -m conformance tests/conformance tests/nexmark
 
 # Tidemark and Flink 2.3 side by side: workload sizes live in tests/bench/suite.py (FULL, QUICK)
 bench: $(STAMP) $(FLINK_STAMP)

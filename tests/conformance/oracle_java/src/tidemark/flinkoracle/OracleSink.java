@@ -10,8 +10,6 @@ import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.types.RowKind;
 
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 
@@ -45,6 +43,8 @@ public final class OracleSink implements Sink<RowData> {
         private final RowData.FieldGetter[] getters;
         // keyed by the JSON text of the PK values: deterministic, and fine for equality
         private final Map<String, ArrayNode> table = new TreeMap<>();
+        // a sink without a primary key holds a multiset: how many copies of each row
+        private final Map<String, Integer> copies = new TreeMap<>();
 
         Writer(Coordinator coord, LogicalType[] types, int[] pk) {
             this.coord = coord;
@@ -65,7 +65,20 @@ public final class OracleSink implements Sink<RowData> {
             }
             RowKind kind = element.getRowKind();
             coord.onSinkChange(kind.shortString(), row);
-            if (kind == RowKind.INSERT || kind == RowKind.UPDATE_AFTER) {
+            boolean add = kind == RowKind.INSERT || kind == RowKind.UPDATE_AFTER;
+            if (pk.length == 0) {
+                String text = row.toString();
+                int n = copies.getOrDefault(text, 0) + (add ? 1 : -1);
+                if (n > 0) {
+                    copies.put(text, n);
+                    table.put(text, row);
+                } else {
+                    copies.remove(text);
+                    table.remove(text);
+                }
+                return;
+            }
+            if (add) {
                 table.put(key.toString(), row);
             } else {
                 table.remove(key.toString());
@@ -75,8 +88,11 @@ public final class OracleSink implements Sink<RowData> {
         @Override
         public void writeWatermark(Watermark watermark) {
             ArrayNode snap = JSON.createArrayNode();
-            List<ArrayNode> rows = new ArrayList<>(table.values());
-            rows.forEach(snap::add);
+            for (Map.Entry<String, ArrayNode> e : table.entrySet()) {
+                for (int i = copies.getOrDefault(e.getKey(), 1); i > 0; i--) {
+                    snap.add(e.getValue());
+                }
+            }
             coord.onSinkWatermark(watermark.getTimestamp(), snap);
         }
 

@@ -9,6 +9,9 @@ import org.apache.flink.table.connector.source.DynamicTableSource;
 import org.apache.flink.table.connector.source.ScanTableSource;
 import org.apache.flink.table.connector.source.SourceProvider;
 import org.apache.flink.table.connector.source.abilities.SupportsSourceWatermark;
+import org.apache.flink.table.connector.source.abilities.SupportsWatermarkPushDown;
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.factories.DynamicTableSinkFactory;
 import org.apache.flink.table.factories.DynamicTableSourceFactory;
 import org.apache.flink.table.factories.FactoryUtil;
@@ -76,7 +79,7 @@ public final class OracleTableFactory implements DynamicTableSourceFactory, Dyna
         return new Snk(helper.getOptions().get(CASE), types(context), context.getPrimaryKeyIndexes());
     }
 
-    static final class Src implements ScanTableSource, SupportsSourceWatermark {
+    static final class Src implements ScanTableSource, SupportsSourceWatermark, SupportsWatermarkPushDown {
         private final String caseId;
         private final String table;
         private final String mode;
@@ -112,6 +115,16 @@ public final class OracleTableFactory implements DynamicTableSourceFactory, Dyna
         /** The reader emits the batch watermarks itself ({@code SOURCE_WATERMARK()}). */
         @Override
         public void applySourceWatermark() {}
+
+        /**
+         * A declared {@code WATERMARK FOR col AS expr} is taken over by the reader too: it
+         * still ends batch i with watermark i, far below any event time, so no record is
+         * ever late and event-time windows and timers fire only at the end of input. That
+         * makes the final table deterministic (no dependence on when Flink's periodic
+         * watermark generator happens to run) at the price of per-batch window results.
+         */
+        @Override
+        public void applyWatermark(WatermarkStrategy<RowData> watermarkStrategy) {}
 
         @Override
         public DynamicTableSource copy() {

@@ -7,15 +7,20 @@ import org.apache.flink.table.data.DecimalData;
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
+import org.apache.flink.table.data.TimestampData;
 import org.apache.flink.table.types.logical.DecimalType;
 import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.types.RowKind;
 
 import java.math.BigDecimal;
+import java.time.LocalDateTime;
+import java.time.format.DateTimeFormatter;
 
 /** JSON values <-> Flink's internal row data, for the few column types the oracle supports. */
 final class Rows {
     private static final ObjectMapper JSON = new ObjectMapper();
+    /** Timestamps travel as ``yyyy-MM-dd HH:mm:ss.SSS`` text (or epoch milliseconds in). */
+    private static final DateTimeFormatter TIMESTAMP = DateTimeFormatter.ofPattern("yyyy-MM-dd HH:mm:ss.SSS");
 
     private Rows() {}
 
@@ -65,6 +70,11 @@ final class Rows {
             case DECIMAL:
                 DecimalType d = (DecimalType) t;
                 return DecimalData.fromBigDecimal(new BigDecimal(v.asText()), d.getPrecision(), d.getScale());
+            case TIMESTAMP_WITHOUT_TIME_ZONE:
+                if (v.isNumber()) {
+                    return TimestampData.fromEpochMillis(v.asLong());
+                }
+                return TimestampData.fromLocalDateTime(LocalDateTime.parse(v.asText().replace(' ', 'T')));
             default:
                 throw new IllegalArgumentException("table " + table + ": unsupported column type " + t);
         }
@@ -94,6 +104,8 @@ final class Rows {
                 out.add((Float) v);
             } else if (v instanceof Boolean) {
                 out.add((Boolean) v);
+            } else if (v instanceof TimestampData) {
+                out.add(((TimestampData) v).toLocalDateTime().format(TIMESTAMP));
             } else {
                 throw new IllegalArgumentException("unsupported sink value type " + types[i]);
             }

@@ -1,0 +1,91 @@
+"""The progress board of issue 15: what each Nexmark query does in Tidemark today.
+
+``STATUS`` is for the queries as adapted (``queries/qN.sql``), ``TODAY_DIALECT`` for the same
+queries with backtick identifiers written plain and the ``WATERMARK`` clause dropped
+(``harness.today_dialect``). A value is ``"equal"`` (plans, runs in replay and gives Flink
+2.3's table) or ``"not planned: <the planner's message>"``. ``test_nexmark.py`` marks every
+"not planned" case ``xfail(strict=True)``: when a query starts to plan, its test fails until
+this file says ``"equal"``, so the file can only ever tell the truth.
+
+``CONSTRUCTS`` lists what each query needs beyond today's dialect (docs/conformance.md,
+"Nexmark"); ``WATERMARK_DRIVEN`` the queries whose results appear as the watermark passes,
+compared on the final table only (the oracle's watermark never passes an event: see
+``generator.py``); ``NO_ORACLE`` the queries Flink itself gives no deterministic answer for.
+"""
+
+from __future__ import annotations
+
+BACKTICKS = "not planned: syntax error: Expecting ) near '`'"
+
+#: the adapted queries as a user pastes them: every one stops at the first backtick
+STATUS: dict[str, str] = {f"q{n}": BACKTICKS for n in range(24)}
+
+#: with backticks and WATERMARK removed: the first construct each query stops at
+TODAY_DIALECT: dict[str, str] = {
+    "q0": "equal",
+    "q1": "equal",
+    "q2": "equal",
+    "q3": "equal",
+    "q4": "not planned: a join without ON (cross join or comma join) is not supported",
+    "q5": "not planned: syntax error: Expecting ) near 'bid'",
+    "q6": "not planned: window function AVG(Q.price) OVER",
+    "q7": "not planned: syntax error: Expecting ) near 'bid'",
+    "q8": "not planned: syntax error: Expecting ) near 'person'",
+    "q9": "not planned: window function ROW_NUMBER() OVER",
+    "q10": "not planned: unsupported function DATE_FORMAT()",
+    "q11": "not planned: syntax error: Invalid expression / Unexpected token near '('",
+    "q12": "not planned: syntax error: Expecting ) near 'B'",
+    "q13": "not planned: unsupported function PROCTIME()",
+    "q14": "not planned: CREATE FUNCTION is not supported: only CREATE TABLE",
+    "q15": "not planned: column price must appear in GROUP BY or inside an aggregate function",
+    "q16": "not planned: column price must appear in GROUP BY or inside an aggregate function",
+    "q17": "not planned: column price must appear in GROUP BY or inside an aggregate function",
+    "q18": "not planned: window function ROW_NUMBER() OVER",
+    "q19": "not planned: window function ROW_NUMBER() OVER",
+    "q20": "equal",
+    "q21": "not planned: unsupported function REGEXP_EXTRACT()",
+    "q22": "not planned: unsupported function SPLIT_INDEX()",
+    "q23": "equal",
+}
+
+_DIALECT = "backtick identifiers, WATERMARK"
+CONSTRUCTS: dict[str, str] = {
+    "q0": _DIALECT,
+    "q1": _DIALECT,
+    "q2": _DIALECT,
+    "q3": _DIALECT,
+    "q4": _DIALECT + "; comma join, BETWEEN beside the equi key",
+    "q5": _DIALECT + "; HOP window aggregation, window join",
+    "q6": _DIALECT + "; comma join, ROW_NUMBER Top-1, OVER aggregation (ROWS)",
+    "q7": _DIALECT + "; TUMBLE window aggregation, join on a time range",
+    "q8": _DIALECT + "; TUMBLE window aggregation, window join",
+    "q9": _DIALECT + "; comma join, BETWEEN beside the equi key, ROW_NUMBER Top-1",
+    "q10": _DIALECT + "; DATE_FORMAT",
+    "q11": _DIALECT + "; group-window SESSION, SESSION_START / SESSION_END",
+    "q12": _DIALECT + "; CREATE VIEW, PROCTIME(), TUMBLE on processing time",
+    "q13": _DIALECT + "; PROCTIME(), lookup join FOR SYSTEM_TIME AS OF",
+    "q14": _DIALECT + "; CREATE FUNCTION (UDF), HOUR()",
+    "q15": _DIALECT + "; DATE_FORMAT, GROUP BY an expression, FILTER (WHERE), COUNT(DISTINCT)",
+    "q16": _DIALECT + "; DATE_FORMAT, GROUP BY an expression, FILTER (WHERE), COUNT(DISTINCT)",
+    "q17": _DIALECT + "; DATE_FORMAT, GROUP BY an expression, FILTER (WHERE)",
+    "q18": _DIALECT + "; ROW_NUMBER deduplication (keep last by event time)",
+    "q19": _DIALECT + "; ROW_NUMBER Top-10",
+    "q20": _DIALECT,
+    "q21": _DIALECT + "; REGEXP_EXTRACT",
+    "q22": _DIALECT + "; SPLIT_INDEX",
+    "q23": _DIALECT,
+}
+
+WATERMARK_DRIVEN = {"q5", "q6", "q7", "q8", "q11", "q12"}
+
+#: query -> why Flink's table cannot be the oracle (the comparison then cannot pass)
+NO_ORACLE: dict[str, str] = {
+    "q6": "Flink 2.3 rejects the query as published (SqlValidatorException: Column 'rownum' not "
+          "found in any table; Nexmark's file says Flink does not support it)",
+    "q12": "processing-time windows: which bids share a window depends on the wall clock "
+           "(Flink's table on the generated data is empty, the job ends before a window fires)",
+    "q13": "the oracle's source is not a lookup source (TableException: Processing-time temporal "
+           "join is not supported yet)",
+    "q14": "the UDF is Nexmark's Java class (ClassNotFoundException: "
+           "com.github.nexmark.flink.udf.CountChar), not part of this repository",
+}

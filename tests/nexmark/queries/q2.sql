@@ -1,0 +1,44 @@
+-- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
+-- nexmark-flink/src/main/resources/queries/q2.sql), licensed under the Apache License 2.0.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- -------------------------------------------------------------------------------------------------
+-- Query2: Selection
+-- -------------------------------------------------------------------------------------------------
+-- Find bids with specific auction ids and show their bid price.
+--
+-- In original Nexmark queries, Query2 is as following (in CQL syntax):
+--
+--   SELECT Rstream(auction, price)
+--   FROM Bid [NOW]
+--   WHERE auction = 1007 OR auction = 1020 OR auction = 2001 OR auction = 2019 OR auction = 2087;
+--
+-- However, that query will only yield a few hundred results over event streams of arbitrary size.
+-- To make it more interesting we instead choose bids for every 123'th auction.
+-- -------------------------------------------------------------------------------------------------
+
+CREATE TABLE bid (
+    auction  BIGINT,
+    bidder  BIGINT,
+    price  BIGINT,
+    channel  VARCHAR,
+    url  VARCHAR,
+    `dateTime`  TIMESTAMP(3),
+    extra  VARCHAR,
+    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
+) WITH (
+    'connector' = 'kafka',
+    'topic' = 'bid',
+    'format' = 'json'
+);
+
+CREATE TABLE nexmark_q2 (
+  auction  BIGINT,
+  price  BIGINT
+) WITH (
+  'connector' = 'kafka',
+  'topic' = 'nexmark_q2',
+  'format' = 'changelog-json'
+);
+
+INSERT INTO nexmark_q2
+SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0;
