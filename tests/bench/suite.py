@@ -1,10 +1,19 @@
 """Tidemark vs Flink 2.3 on the same workloads, in one run (issue 7).
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/suite.py \\
-        [--quick] [--scale 0.1] [--repeats 3] [--only W1,W3] \\
+        [--quick] [--scale 4] [--scales W3=2.1] [--batches 5] [--repeats 3] [--only W1,W3] \\
+        [--latency-rate 10000] [--latency-seconds 30] \\
         [--out docs/benchmarks.md] [--json tests/bench/results.json]
 
 (``make bench`` / ``make bench-quick``; the defaults of each are ``FULL`` / ``QUICK`` below.)
+
+``make bench`` is the sustained mode: every workload at >= 200,000 input records, drained by a
+running Tidemark job in about ``--batches`` micro-batches (its per-batch cap is input /
+batches), both systems clocked on the steady part by one rule (``sustained.py``: the first
+batch's worth of records and the time to take them in are left out); then the end-to-end
+latency phase at ``--latency-rate`` rows/s on the W2 shape, whose job either kept up (p50/p99
+reported) or fell behind (reported as such, with how its backlog grew, and no latency).
+``--batches 1`` is the one-batch mode of earlier rounds (whole-run clock).
 
 For each workload (``workloads.py``, generated once per run from a fixed seed) every Flink
 variant (``flink_runner.py``, its own venv, files in) and every Tidemark variant

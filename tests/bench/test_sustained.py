@@ -155,3 +155,21 @@ def test_sustained_sizes_have_at_least_200000_records(tmp_path: Path) -> None:
         wl = workloads.generate(name, scales.get(name, suite.FULL["scale"]), 1, tmp_path / name)
         assert wl.input_rows >= 200_000, name
         assert sustained.records_per_trigger(wl.input_rows, suite.FULL["batches"]) * 4 < wl.input_rows  # >= 5 batches
+
+
+def test_the_docs_section_states_the_steady_rule_and_a_fell_behind_verdict() -> None:
+    lat = {"rate_rows": 300_000, "asked_rate": 10_000.0, "achieved_rate": 9_990.0, "p50_s": None, "p99_s": None,
+           "max_s": None, "verdict": "fell behind (backlog grew from 12,000 to 95,000 rows)",
+           "drained_after_s": 41.5, "backlog": 0, "warmup_s": 10.0}
+    results = {"command": "suite.py", "scale": 4.0, "scales": {"W3": 2.1}, "batches": 5, "repeats": 1, "seed": 1,
+               "started_at": "t0", "finished_at": "t1", "elapsed_s": 60.0, "load_start": [9.0], "load_end": [9.5],
+               "machine": {"cpus": 2, "cpu_model": "x", "mem_bytes": 2**30, "python": "3.11", "java": "17",
+                           "pyspark": "4"}, "workloads": {}, "targets": [], "latency": lat}
+    text = suite.render(results)
+    assert "scale 4, W3 2.1, 1 repeat(s)" in text
+    assert "at most input / 5 records per micro-batch" in text and suite.STEADY_TEXT in text
+    latency = text[text.index("### Tidemark end-to-end latency"):text.index("### The issue's targets")]
+    assert "**fell behind (backlog grew from 12,000 to 95,000 rows)" in latency and "p99" not in latency
+    assert "Flink's latency on this shape is not measured" in latency
+    one_batch = suite.render({**results, "batches": 1})
+    assert suite.STEADY_TEXT not in one_batch and "no per-batch cap" in one_batch
