@@ -106,9 +106,18 @@ def say(text: str) -> None:
 
 def records_per_trigger(wl: Any, args: argparse.Namespace) -> int | None:
     """Tidemark's per-batch cap for ``wl``: ``--max-records-per-trigger``, else the one that
-    drains it in ``--batches`` batches (None: one batch). It is also the warm-up both systems'
-    steady-state clocks leave out (``sustained``)."""
+    drains it in ``--batches`` batches (None: one batch)."""
     return args.max_records_per_trigger or sustained.records_per_trigger(wl.input_rows, args.batches)
+
+
+def warmup_rows(wl: Any, args: argparse.Namespace) -> int | None:
+    """The input records both steady-state clocks leave out: Tidemark's first batch (None: one
+    batch, whole-run clock)."""
+    cap = records_per_trigger(wl, args)
+    if cap is None:
+        return None
+    records = [sum(1 for line in Path(p).read_bytes().splitlines() if line.strip()) for p in wl.tables.values()]
+    return sustained.first_batch_rows(cap, records)
 
 
 def run_tidemark(wl: Any, variant: str, bootstrap: str, workdir: Path, args: argparse.Namespace,
@@ -426,7 +435,7 @@ def run_workload(wl: Any, args: argparse.Namespace, bootstrap: str, work: Path, 
             say(f"{wname} repeat {rep + 1}/{args.repeats}: {system} {variant} ...")
             if system == "flink":
                 res = timed(run_flink, wl, variant, d, fs, cap_s=args.flink_cap.get((wname, variant)),
-                            warmup_rows=records_per_trigger(wl, args))
+                            warmup_rows=warmup_rows(wl, args))
             else:
                 res = timed(run_tidemark, wl, variant, bootstrap, d, args, ts)
             record_run(wl, system, variant, rep, res, runs, tables, results)
@@ -509,7 +518,7 @@ def run_overlapped(wls: list[Any], args: argparse.Namespace, bootstrap: str, wor
                     for v in wl.flink_variants:
                         d = work / wl.name / f"r{rep}-flink-{v}"
                         res = timed(run_flink, wl, v, d, fs, cap_s=args.flink_cap.get((wl.name, v)),
-                                    warmup_rows=records_per_trigger(wl, args))
+                                    warmup_rows=warmup_rows(wl, args))
                         done[(wl.name, rep, "flink", v)] = res
                         say(f"{wl.name} repeat {rep + 1}: flink {v} done in {res['wall_s']:.1f} s")
 
@@ -767,8 +776,8 @@ def latency_text(lat: dict[str, Any]) -> str:
 #: the steady-state clock of the sustained mode, for the method text (see sustained.py)
 STEADY_TEXT = (
     "Throughput is clocked on the steady part, the same rule for both systems: the first micro-batch's "
-    "worth of input records (Tidemark's per-batch cap) is the warm-up and is left out, and so is the time "
-    "until the job had taken it in; throughput = the remaining records / (that boundary -> the sink holding "
+    "input records (Tidemark's per-batch cap from each source table) are the warm-up and are left out, and so is the time "
+    "until the job had taken them in; throughput = the remaining records / (that boundary -> the sink holding "
     "the last output). Tidemark's boundary is its first batch's commit; Flink's the first moment its sources "
     "had emitted that share of their output (source vertices' `write-records`, sampled from the REST API "
     "every 200 ms; rows emitted are scaled to input records by the whole job's ratio, and rows still in "

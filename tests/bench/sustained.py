@@ -12,7 +12,8 @@ job drains a backlog.
 - Tidemark: the warm-up is its first micro-batch (at most ``--max-records-per-trigger``
   records); the boundary is that batch's commit (its status event), when its output is in the
   sink.
-- Flink has no batches. Its warm-up is the same number of records (the Tidemark run's cap);
+- Flink has no batches. Its warm-up is the same number of records (``first_batch_rows``: what
+  Tidemark's first batch takes, up to the cap from each source table);
   the boundary is the first moment its sources had emitted that share of their output
   (``write-records`` of the source vertices, sampled from the REST API every 200 ms).
   A source vertex emits changelog rows, not input records (a Debezium update is two rows, a
@@ -61,6 +62,12 @@ def records_per_trigger(input_rows: int, batches: int) -> int | None:
     if batches < 1:
         raise ValueError(f"batches must be >= 1, got {batches}")
     return None if batches == 1 else math.ceil(input_rows / batches)
+
+
+def first_batch_rows(cap: int, source_records: Sequence[int]) -> int:
+    """The records of a capped job's first micro-batch when all input is there at its start:
+    each source table takes up to ``cap`` (Tidemark's cap is per source)."""
+    return sum(min(cap, n) for n in source_records)
 
 
 def tidemark_steady(batches: Sequence[dict[str, Any]], input_rows: int) -> Steady | None:

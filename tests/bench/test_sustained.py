@@ -5,6 +5,7 @@ steady figure and renders a job that fell behind."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,15 @@ def test_the_cap_drains_the_input_in_the_asked_number_of_batches() -> None:
     assert sustained.records_per_trigger(1_000, 1) is None  # one batch: no cap
     with pytest.raises(ValueError, match="batches must be >= 1"):
         sustained.records_per_trigger(1_000, 0)
+
+
+def test_the_first_batch_takes_up_to_the_cap_from_each_source_table(tmp_path: Path) -> None:
+    assert sustained.first_batch_rows(44_000, [20_000, 200_000]) == 64_000  # W1: products, orders
+    wl = workloads.generate("W1", 0.04, 1, tmp_path / "w1")  # 200 products, 2,000 orders
+    args = argparse.Namespace(max_records_per_trigger=None, batches=5)
+    assert suite.records_per_trigger(wl, args) == 440
+    assert suite.warmup_rows(wl, args) == 200 + 440
+    assert suite.warmup_rows(wl, argparse.Namespace(max_records_per_trigger=None, batches=1)) is None
 
 
 def test_tidemark_steady_clock_starts_at_the_first_batch_commit() -> None:
