@@ -566,17 +566,29 @@ def workload_results(wl: Any, scale: float, runs: list[dict[str, Any]]) -> dict[
             "runs": runs, "medians": summarize(runs), "ratios": ratios(wl, runs)}
 
 
+def generate(wname: str, args: argparse.Namespace, work: Path) -> Any:
+    """Workload ``wname`` at its scale, with only the Tidemark variants ``--only`` kept
+    (``W4:regular``: all of them when it names none)."""
+    wl = workloads.generate(wname, args.scale_of.get(wname, args.scale), args.seed, work / wname / "input")
+    keep = args.variants.get(wname)
+    if keep:
+        unknown = sorted(set(keep) - set(wl.tidemark_variants))
+        if unknown:
+            raise SystemExit(f"--only: {wname} has no Tidemark variant {unknown}; it has {sorted(wl.tidemark_variants)}")
+        wl.tidemark_variants = {v: sql for v, sql in wl.tidemark_variants.items() if v in keep}
+    return wl
+
+
 def run_all_in_turn(names: list[str], args: argparse.Namespace, bootstrap: str, work: Path,
                     results: dict[str, Any]) -> None:
     """The measured method (make bench): one workload after the other, one run at a time."""
     sessions = Sessions(work, args.sessions, bootstrap, warmup=not args.no_warmup)
     try:
         for wname in names:
-            scale = args.scale_of.get(wname, args.scale)
-            wl = workloads.generate(wname, scale, args.seed, work / wname / "input")
+            wl = generate(wname, args, work)
             say(f"{wname}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
             runs = run_workload(wl, args, bootstrap, work, sessions, results)
-            results["workloads"][wname] = workload_results(wl, scale, runs)
+            results["workloads"][wname] = workload_results(wl, args.scale_of.get(wname, args.scale), runs)
             if not args.keep:
                 shutil.rmtree(work / wname, ignore_errors=True)
     finally:
@@ -586,7 +598,7 @@ def run_all_in_turn(names: list[str], args: argparse.Namespace, bootstrap: str, 
 def run_all_overlapped(names: list[str], args: argparse.Namespace, bootstrap: str, work: Path,
                        results: dict[str, Any]) -> None:
     """The smoke method (make bench-quick, ``--overlap``): see ``run_overlapped``."""
-    wls = [workloads.generate(n, args.scale_of.get(n, args.scale), args.seed, work / n / "input") for n in names]
+    wls = [generate(n, args, work) for n in names]
     for wl in wls:
         say(f"{wl.name}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
     runs = run_overlapped(wls, args, bootstrap, work, results)
@@ -597,7 +609,14 @@ def run_all_overlapped(names: list[str], args: argparse.Namespace, bootstrap: st
 
 
 def run_suite(args: argparse.Namespace, bootstrap: str, work: Path) -> dict[str, Any]:
-    names = [n.strip() for n in args.only.split(",")] if args.only else list(workloads.NAMES)
+    names, args.variants = [], {}
+    for item in (n.strip() for n in args.only.split(",") if n.strip()):
+        wname, _, variant = item.partition(":")
+        if wname not in names:
+            names.append(wname)
+        if variant:
+            args.variants.setdefault(wname, []).append(variant)
+    names = names or list(workloads.NAMES)
     unknown = [n for n in [*names, *args.scale_of, *(w for w, _ in args.flink_cap)] if n not in workloads.NAMES]
     if unknown:
         raise SystemExit(f"--only/--scales: unknown workload(s) {unknown}; expected some of {', '.join(workloads.NAMES)}")
@@ -835,7 +854,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flink-cap", default="",
                     help="cancel a Flink variant after SECONDS and report an upper bound of its throughput, "
                          f"e.g. W3:LEGACY=300 (default for W3 at scale >= 0.5: {DEFAULT_W3_LEGACY_CAP_S:g} s; 0 = no cap)")
-    ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (default: all)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated workloads, e.g. W1,W3, or a workload's Tidemark variant, e.g. W4:regular "
+                         "(default: all)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="markdown file whose suite section is regenerated")
     ap.add_argument("--json", type=Path, default=None, help="machine-readable results")

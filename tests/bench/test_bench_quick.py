@@ -121,7 +121,7 @@ def _overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: list[str], 
     monkeypatch.setattr(suite, "run_flink", fake_flink)
     monkeypatch.setattr(suite, "run_tidemark", fake_tidemark)
     args = argparse.Namespace(scale=0.01, scale_of={}, seed=1, repeats=1, overlap=overlap, keep=False,
-                              flink_cap={}, max_records_per_trigger=None, batches=1)
+                              flink_cap={}, max_records_per_trigger=None, batches=1, variants={})
     results: dict[str, Any] = {"differences": [], "workloads": {}}
     suite.run_all_overlapped(names, args, "unused:9092", tmp_path / "work", results)
     results["calls"] = calls

@@ -183,3 +183,13 @@ def test_the_docs_section_states_the_steady_rule_and_a_fell_behind_verdict() -> 
     assert "Flink's latency on this shape is not measured" in latency
     one_batch = suite.render({**results, "batches": 1})
     assert suite.STEADY_TEXT not in one_batch and "no per-batch cap" in one_batch
+
+
+def test_only_can_keep_one_tidemark_variant_of_a_workload(tmp_path: Path) -> None:
+    args = argparse.Namespace(scale=0.01, scale_of={}, seed=1, variants={"W4": ["regular"]})
+    wl = suite.generate("W4", args, tmp_path)
+    assert list(wl.tidemark_variants) == ["regular"]
+    assert [p for p in suite.ratio_pairs(wl) if "delta" in p[0] or "delta" in p[1]] == []
+    assert list(suite.generate("W1", args, tmp_path).tidemark_variants) == ["default"]  # not named: all kept
+    with pytest.raises(SystemExit, match=r"W4 has no Tidemark variant \['fast'\]; it has \['delta', 'regular'\]"):
+        suite.generate("W4", argparse.Namespace(scale=0.01, scale_of={}, seed=1, variants={"W4": ["fast"]}), tmp_path)
