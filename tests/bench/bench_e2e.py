@@ -123,6 +123,11 @@ class SinkWatcher(threading.Thread):
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.time()}",
             "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
+            # never skip ahead: after a fetch answered "offset out of range", librdkafka's default
+            # ("largest") jumps to the end and the rows in between are never seen. Once, under
+            # load, this watcher stopped short of rows a fresh consumer saw, and the wait for them
+            # hung; skipping is the likely cause, and "earliest" can only re-read
+            "auto.offset.reset": "earliest",
         })
         self.consumer.assign([TopicPartition(topic, 0, 0)])
         self.seen: dict[int, float] = {}
