@@ -3,17 +3,21 @@ of DESIGN.md (debezium-json in, join on ``s1.level = s2.id``, ``ON CONFLICT DO
 DEDUPLICATE`` materializer, upsert-json out), Kafka topic to Kafka topic.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/bench_e2e.py \
-        [--repeats 3] [--rate 100] [--seconds 30] [--backlog 20000]
+        [--repeats 3] [--rate 100] [--seconds 30] [--warmup-seconds 0] [--backlog 20000]
 
 Against the embedded broker (or ``$KAFKA_BOOTSTRAP_SERVERS``). Each repetition starts the
 real CLI (``tidemark run``, trigger every 200 ms, at most 5,000 source records per batch)
 on fresh topics and a fresh checkpoint, with 100 s2 rows, and waits for that first
-batch: JVM start-up and the first batch's warm-up are not measured. Then:
+batch: JVM start-up and the first batch's warm-up are not measured (nor, with
+``--warmup-seconds``, that long of s1 inserts at the rate, once visible). Then:
 
 1. Latency at a fixed input rate: s1 inserts (each joins one s2 row) are produced at
    ``--rate`` rows/s for ``--seconds``; a consumer on the sink topic (read_committed) notes
    when each id first becomes visible. Latency = that time - the time the source record was
-   produced (both on this process's clock). p50/p99 over all ids.
+   produced (both on this process's clock). p50/p99 over all ids, only if the job kept up
+   (``sustained.keep_up``: its backlog of produced-but-not-visible rows, sampled every
+   250 ms, did not grow across the phase); a job that fell behind is reported as such, with
+   how its backlog grew, and no latency.
 2. Throughput: ``--backlog`` s1 inserts are produced as fast as the producer goes; rows/s =
    backlog / (last sink row visible - first source row produced): source topic to sink
    topic, every batch's planning, decode, join, materializer and sink write included.
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -44,8 +49,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from tidemark.kafka.admin import ensure_topics  # noqa: E402
 from tidemark.kafka.broker import configured_bootstrap, embedded_broker  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sustained  # noqa: E402  (the keep-up verdict)
+
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
 N_S2 = 100
+#: how often the latency phase notes its backlog (rows produced, not yet visible in the sink)
+BACKLOG_SAMPLE_S = 0.25
 
 #: the README's s1/s2 join, its topics renamed per repetition
 EXAMPLE_SQL = Path(__file__).resolve().parents[2] / "examples" / "s1_s2_join.sql"
@@ -113,6 +123,11 @@ class SinkWatcher(threading.Thread):
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"bench-{os.getpid()}-{time.time()}",
             "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
+            # never skip ahead: after a fetch answered "offset out of range", librdkafka's default
+            # ("largest") jumps to the end and the rows in between are never seen. Once, under
+            # load, this watcher stopped short of rows a fresh consumer saw, and the wait for them
+            # hung; skipping is the likely cause, and "earliest" can only re-read
+            "auto.offset.reset": "earliest",
         })
         self.consumer.assign([TopicPartition(topic, 0, 0)])
         self.seen: dict[int, float] = {}
@@ -142,30 +157,64 @@ def insert(s: Setup, key: int, rng: random.Random) -> None:
     s.produce(s.s1, {"op": "c", "before": None, "after": {"id": key, "level": rng.randint(1, N_S2)}}, key)
 
 
-def one_run(bootstrap: str, workdir: Path, tag: str, rate: float, seconds: float, backlog: int) -> dict:
+@dataclass
+class RatePhase:
+    """What producing at a fixed rate left: each key's produce time, the backlog samples
+    (seconds since the phase began, rows produced and not yet visible) and the rate achieved."""
+
+    produced: dict[int, float]
+    samples: list[tuple[float, int]]
+    achieved: float
+    t_end: float
+
+
+def at_rate(s: Setup, watcher: SinkWatcher, keys: range, rate: float, rng: random.Random) -> RatePhase:
+    """Produce an insert per key at ``rate`` rows/s (every earlier key must be visible already:
+    the backlog counts this phase's keys only)."""
+    produced: dict[int, float] = {}
+    samples: list[tuple[float, int]] = []
+    seen_before = len(watcher.seen)
+    t0 = next_sample = time.time()
+    for n, key in enumerate(keys):
+        now = time.time()
+        if now >= next_sample:
+            samples.append((now - t0, n - (len(watcher.seen) - seen_before)))
+            next_sample = now + BACKLOG_SAMPLE_S
+        wait = t0 + n / rate - now
+        if wait > 0:
+            time.sleep(wait)
+        produced[key] = time.time()
+        insert(s, key, rng)
+        s.producer.poll(0)
+    s.producer.flush(60)
+    t_end = time.time()
+    return RatePhase(produced, samples, len(keys) / (t_end - t0), t_end)
+
+
+def one_run(bootstrap: str, workdir: Path, tag: str, rate: float, seconds: float, backlog: int,
+            max_records_per_trigger: int | None = 5000, warmup_s: float = 0.0) -> dict:
+    """One repetition: ``warmup_s`` of inserts at ``rate`` (unmeasured: a job's first batches
+    of s1 rows pay one-off costs), then the latency phase, judged by ``sustained.keep_up`` (a
+    job that fell behind gets no latency figures: ``p50_s`` etc. are None), then the backlog
+    phase (skipped when ``backlog`` is 0). ``max_records_per_trigger`` None: no per-batch cap."""
     s = Setup(bootstrap, workdir, tag)
     s.dimension()
-    proc = s.driver("--trigger-interval", "200 milliseconds", "--max-records-per-trigger", "5000")
+    cap = ["--max-records-per-trigger", str(max_records_per_trigger)] if max_records_per_trigger else []
+    proc = s.driver("--trigger-interval", "200 milliseconds", *cap)
     watcher = SinkWatcher(bootstrap, s.t1)
     watcher.start()
     rng = random.Random(7)
     try:
         wait_for("the first batch", lambda: any(e["event"] == "batch" for e in s.events()), proc, s)
+        warm = at_rate(s, watcher, range(2_000_001, 2_000_001 + int(rate * warmup_s)), rate, rng)
+        wait_for("the warm-up's rows in the sink", lambda: all(k in watcher.seen for k in warm.produced), proc, s, 1800)
 
         # 1. latency at a fixed rate
-        n = int(rate * seconds)
-        produced: dict[int, float] = {}
-        t0 = time.time()
-        for i in range(1, n + 1):
-            wait = t0 + (i - 1) / rate - time.time()
-            if wait > 0:
-                time.sleep(wait)
-            produced[i] = time.time()
-            insert(s, i, rng)
-            s.producer.poll(0)
-        s.producer.flush(60)
-        achieved = n / (time.time() - t0)
-        wait_for("the rate phase's rows in the sink", lambda: all(i in watcher.seen for i in produced), proc, s)
+        phase = at_rate(s, watcher, range(1, int(rate * seconds) + 1), rate, rng)
+        n, produced, achieved = len(phase.produced), phase.produced, phase.achieved
+        verdict = sustained.keep_up(phase.samples, rate, achieved)
+        wait_for("the rate phase's rows in the sink", lambda: all(i in watcher.seen for i in produced), proc, s, 1800)
+        drained_after_s = max(watcher.seen[i] for i in produced) - phase.t_end
         latencies = [watcher.seen[i] - produced[i] for i in produced]
         batches_before = len([e for e in s.events() if e["event"] == "batch"])
 
@@ -177,7 +226,7 @@ def one_run(bootstrap: str, workdir: Path, tag: str, rate: float, seconds: float
         s.producer.flush(120)
         produce_s = time.time() - t1
         wait_for("the backlog's rows in the sink", lambda: all(k in watcher.seen for k in keys), proc, s, 1800)
-        t2 = max(watcher.seen[k] for k in keys)
+        t2 = max((watcher.seen[k] for k in keys), default=t1)
         batches = len([e for e in s.events() if e["event"] == "batch"]) - batches_before
     finally:
         watcher.stop.set()
@@ -188,10 +237,15 @@ def one_run(bootstrap: str, workdir: Path, tag: str, rate: float, seconds: float
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return {"rate_rows": n, "achieved_rate": achieved, "p50_s": percentile(latencies, 0.5),
-            "p99_s": percentile(latencies, 0.99), "max_s": max(latencies),
+    kept = verdict.kept_up
+    return {"rate_rows": n, "asked_rate": rate, "achieved_rate": achieved, "seconds": seconds,
+            "max_records_per_trigger": max_records_per_trigger, "keep_up": verdict.as_dict(),
+            "verdict": verdict.text(), "backlog_samples": phase.samples, "drained_after_s": drained_after_s,
+            "warmup_s": warmup_s,
+            "p50_s": percentile(latencies, 0.5) if kept else None,
+            "p99_s": percentile(latencies, 0.99) if kept else None, "max_s": max(latencies) if kept else None,
             "backlog": backlog, "produce_s": produce_s, "drain_s": t2 - t1,
-            "rows_per_s": backlog / (t2 - t1), "backlog_batches": batches}
+            "rows_per_s": backlog / (t2 - t1) if backlog else None, "backlog_batches": batches}
 
 
 def main() -> None:
@@ -199,6 +253,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rate", type=float, default=100.0, help="s1 inserts per second in the latency phase")
     ap.add_argument("--seconds", type=float, default=30.0, help="how long the latency phase produces")
+    ap.add_argument("--warmup-seconds", type=float, default=0.0,
+                    help="inserts at --rate for this long before the latency phase, not measured")
     ap.add_argument("--backlog", type=int, default=20_000, help="s1 inserts in the throughput phase")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (status files, driver logs)")
     args = ap.parse_args()
@@ -208,9 +264,11 @@ def main() -> None:
         results = []
         try:
             for r in range(args.repeats):
-                res = one_run(bootstrap, workdir, f"r{r}", args.rate, args.seconds, args.backlog)
+                res = one_run(bootstrap, workdir, f"r{r}", args.rate, args.seconds, args.backlog,
+                              warmup_s=args.warmup_seconds)
                 results.append(res)
-                print(f"run {r + 1}: {json.dumps({k: round(v, 3) for k, v in res.items()})}", flush=True)
+                scalars = {k: round(v, 3) for k, v in res.items() if isinstance(v, int | float)}
+                print(f"run {r + 1}: {res['verdict']}: {json.dumps(scalars)}", flush=True)
         finally:
             if args.keep:
                 print(f"work directory kept: {workdir}")
@@ -218,12 +276,20 @@ def main() -> None:
                 shutil.rmtree(workdir, ignore_errors=True)
         load = os.getloadavg()
         print(f"\nload average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; cpus: {os.cpu_count()}")
-        med = lambda k: statistics.median(x[k] for x in results)  # noqa: E731
-        lat_runs = ", ".join(f"{x['p50_s']:.2f}/{x['p99_s']:.2f}" for x in results)
-        thr_runs = ", ".join(f"{x['rows_per_s']:,.0f}" for x in results)
-        print(f"latency at {args.rate:g} rows/s for {args.seconds:g} s, medians of {len(results)} runs: "
-              f"p50 {med('p50_s'):.2f} s, p99 {med('p99_s'):.2f} s (runs p50/p99: {lat_runs})")
-        print(f"throughput median: {med('rows_per_s'):,.0f} rows/s ({args.backlog:,} source rows; runs: {thr_runs})")
+        med = lambda rs, k: statistics.median(x[k] for x in rs)  # noqa: E731
+        for x in results:
+            print(f"rate phase: {x['verdict']}, input {x['achieved_rate']:,.0f} of {args.rate:,.0f} rows/s asked")
+        kept = [x for x in results if x["p50_s"] is not None]  # a latency only where the job kept up
+        if kept:
+            lat_runs = ", ".join(f"{x['p50_s']:.2f}/{x['p99_s']:.2f}" for x in kept)
+            print(f"latency at {args.rate:g} rows/s for {args.seconds:g} s, medians of the {len(kept)} run(s) that "
+                  f"kept up: p50 {med(kept, 'p50_s'):.2f} s, p99 {med(kept, 'p99_s'):.2f} s (runs p50/p99: {lat_runs})")
+        else:
+            print(f"at {args.rate:g} rows/s no run kept up: no latency to report")
+        if args.backlog:
+            thr_runs = ", ".join(f"{x['rows_per_s']:,.0f}" for x in results)
+            print(f"throughput median: {med(results, 'rows_per_s'):,.0f} rows/s ({args.backlog:,} source rows; "
+                  f"runs: {thr_runs})")
 
     explicit = configured_bootstrap()
     if explicit:

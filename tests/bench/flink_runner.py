@@ -30,6 +30,11 @@ What is measured, per job (parallelism 2, state backend RocksDB unless the spec 
   operator holds at the end of input (Flink's checkpoint statistics ``state_size``;
   ``state_by_vertex`` per job vertex, e.g. the materializer's or the join's share). Periodic
   checkpoints run during the job every ``checkpoint_interval`` (default 10 s).
+- ``source_timeline`` (when the spec asks, ``sample_sources``): [epoch s, rows the source
+  vertices had emitted] every ~200 ms while the job runs (the cluster refreshes the REST IO
+  metrics that often), ``source_rows_total`` what they emitted over the whole job and
+  ``end_of_input_s`` the sink's last end-of-input stamp: the sustained mode's steady-state
+  clock (``sustained.flink_steady``) is computed from them.
 - ``rows``: the final sink table. The sink is an upsert sink (so Flink plans the same sink
   materializer as for upsert-kafka or JDBC) that keeps the table in a hash map per subtask
   (the materializer before it is keyed by the sink PK, so subtasks hold disjoint keys) and
@@ -57,6 +62,7 @@ compaction steps and make ``DO ERROR`` fail on conflict-free input.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -73,6 +79,8 @@ REPO = HERE.parents[1]
 JAVA_SRC = HERE / "flink_java" / "src"
 DEFAULT_FLINK_PYTHON = REPO / ".venv-flink" / "bin" / "python"
 STRATEGY_OPTION = "table.exec.sink.upsert-materialize-strategy.type"
+#: how often ``sample_sources`` reads the sources' progress (BenchCluster refreshes it as often)
+SAMPLE_S = 0.2
 
 BASE_CONFIG = {
     "parallelism.default": "2",
@@ -91,9 +99,10 @@ BASE_CONFIG = {
 
 def job_spec(workload: Any, variant: str, work_dir: Path, materialize: bool = True,
              backend: str = "rocksdb", checkpoint_interval: str = "10 s", timeout_s: float = 1800,
-             cap_s: float | None = None) -> dict:
+             cap_s: float | None = None, sample_sources: bool = False) -> dict:
     """One job of the spec: ``workload`` (a workloads.Workload) in Flink variant ``variant``.
-    ``cap_s``: cancel the job after that many seconds and report its progress (``capped``)."""
+    ``cap_s``: cancel the job after that many seconds and report its progress (``capped``);
+    ``sample_sources``: record the sources' progress (``source_timeline``)."""
     job_dir = Path(work_dir) / f"{workload.name}-{variant}-{'collect' if materialize else 'count'}"
     if job_dir.exists():
         shutil.rmtree(job_dir)
@@ -113,6 +122,7 @@ def job_spec(workload: Any, variant: str, work_dir: Path, materialize: bool = Tr
         "checkpoint_interval": checkpoint_interval,
         "timeout_s": timeout_s,
         "cap_s": cap_s,
+        "sample_sources": sample_sources,
     }
 
 
@@ -251,7 +261,8 @@ class Runner:
                 job_id = str(client.get_job_id())
                 future = client._j_job_client.getJobExecutionResult()
                 lap("submit_s")
-                error, capped_at_ms = self._drive(job, job_id, future, sink_dir)
+                timeline: list[tuple[float, int]] = []
+                error, capped_at_ms = self._drive(job, job_id, future, sink_dir, timeline)
                 lap("drive_s")
         except Exception as e:  # rejected at planning
             res["error"] = _java_error(e)
@@ -283,6 +294,9 @@ class Runner:
         end_ms = max(p["end_of_input_ms"] for p in parts)
         res["seconds"] = round((end_ms - running_ms) / 1000, 3)
         res["throughput_rows_s"] = round(job["input_rows"] / max(res["seconds"], 1e-3), 1)
+        if job.get("sample_sources"):
+            res.update(source_timeline=timeline, source_rows_total=source_rows(info["vertices"]),
+                       end_of_input_s=end_ms / 1000)
         res["sink_changes"] = sum(p["changes"] for p in parts)
         res["materialized"] = all(p["materialized"] for p in parts)
         if res["materialized"]:
@@ -300,16 +314,24 @@ class Runner:
         res["ok"] = True
         return res
 
-    def _drive(self, job: dict, job_id: str, future: Any, sink_dir: Path) -> tuple[str | None, int | None]:
+    def _drive(self, job: dict, job_id: str, future: Any, sink_dir: Path,
+               timeline: list[tuple[float, int]]) -> tuple[str | None, int | None]:
         """Wait for end-of-input at every sink subtask, then trigger the final checkpoint
         (repeatedly: one triggered while a task is still finishing is not the final one) until
-        the job ends. Returns the job's error, if it failed, and the epoch ms at which it was
-        cancelled for reaching its cap or timeout (None when it ran to its end)."""
+        the job ends; meanwhile append (time, rows the sources emitted) to ``timeline`` every
+        ``SAMPLE_S`` when the spec asks (``sample_sources``). Returns the job's error, if it
+        failed, and the epoch ms at which it was cancelled for reaching its cap or timeout
+        (None when it ran to its end)."""
         cap = job.get("cap_s")
         limit = min(cap, job["timeout_s"]) if cap else job["timeout_s"]
         deadline = time.time() + limit
         n_sinks = None
+        next_sample = 0.0
         while not future.isDone():
+            if job.get("sample_sources") and time.time() >= next_sample:
+                next_sample = time.time() + SAMPLE_S
+                with contextlib.suppress(Exception):  # not yet scheduled: no sample this time
+                    timeline.append((time.time(), source_rows(_rest(self.port, f"/jobs/{job_id}")["vertices"])))
             if time.time() > deadline:
                 capped_at_ms = int(time.time() * 1000)
                 _cancel(self.port, job_id)
@@ -365,6 +387,13 @@ def progress(vertices: list[dict], input_rows: int, running_ms: int, capped_at_m
             "records_in_by_vertex": by_vertex, "elapsed_s": round(elapsed, 3),
             "throughput_upper_rows_s": round(input_rows / elapsed, 1), "rate_so_far_rows_s": round(records / elapsed, 1),
             "capped_fraction": round(records / max(input_rows, 1), 4)}
+
+
+def source_rows(vertices: list[dict]) -> int:
+    """Rows the source vertices (``Source: ...``, with whatever is chained to them) have
+    emitted, from the ``vertices`` of ``/jobs/<id>``."""
+    return sum(int((v.get("metrics") or {}).get("write-records") or 0)
+               for v in vertices if v["name"].startswith("Source: "))
 
 
 def _sink_parallelism(port: int, job_id: str) -> int | None:

@@ -1,10 +1,19 @@
-"""Tidemark vs Flink 2.3 on the same workloads, in one run (issue 7).
+"""Tidemark vs Flink 2.3 on the same workloads, in one run.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/suite.py \\
-        [--quick] [--scale 0.1] [--repeats 3] [--only W1,W3] \\
+        [--quick] [--scale 4] [--scales W3=2.1] [--batches 5] [--repeats 3] [--only W1,W3] \\
+        [--latency-rate 10000] [--latency-seconds 30] \\
         [--out docs/benchmarks.md] [--json tests/bench/results.json]
 
 (``make bench`` / ``make bench-quick``; the defaults of each are ``FULL`` / ``QUICK`` below.)
+
+``make bench`` is the sustained mode: every workload at >= 200,000 input records, drained by a
+running Tidemark job in about ``--batches`` micro-batches (its per-batch cap is input /
+batches), both systems clocked on the steady part by one rule (``sustained.py``: the first
+batch's worth of records and the time to take them in are left out); then the end-to-end
+latency phase at ``--latency-rate`` rows/s on the W2 shape, whose job either kept up (p50/p99
+reported) or fell behind (reported as such, with how its backlog grew, and no latency).
+``--batches 1`` is the one-batch mode of earlier rounds (whole-run clock).
 
 For each workload (``workloads.py``, generated once per run from a fixed seed) every Flink
 variant (``flink_runner.py``, its own venv, files in) and every Tidemark variant
@@ -61,6 +70,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import compare  # noqa: E402
 import flink_runner  # noqa: E402
+import sustained  # noqa: E402
 import tidemark_runner  # noqa: E402
 import workloads  # noqa: E402
 from flink_session import FlinkSession  # noqa: E402
@@ -69,8 +79,14 @@ BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
 #: the Flink cap W3 LEGACY gets at scale >= 0.5 unless --flink-cap says otherwise (parse_caps)
 DEFAULT_W3_LEGACY_CAP_S = 300.0
 #: defaults of a full run (make bench) and of --quick (make bench-quick, the harness smoke test)
-FULL = {"scale": 0.1, "repeats": 3, "sessions": "suite", "latency_seconds": 20.0, "no_warmup": False, "overlap": 0}
-QUICK = {"scale": 0.01, "repeats": 1, "sessions": "suite", "latency_seconds": 0.0, "no_warmup": True, "overlap": 2}
+#: make bench is the sustained mode: every workload at >= 200,000 input records (W3 at 2.1: 209,999;
+#: at 2.0 it has 199,999), Tidemark draining them in ~5 micro-batches, and the latency phase at
+#: 10,000 rows/s for 30 s
+FULL = {"scale": 4.0, "scales": "W3=2.1", "batches": 5, "repeats": 3, "sessions": "suite",
+        "latency_seconds": 30.0, "latency_rate": 10_000.0, "latency_backlog": 0, "latency_warmup": 10.0,
+        "no_warmup": False, "overlap": 0}
+QUICK = {"scale": 0.01, "scales": "", "batches": 1, "repeats": 1, "sessions": "suite", "latency_seconds": 0.0,
+         "latency_rate": 10_000.0, "latency_backlog": 0, "latency_warmup": 0.0, "no_warmup": True, "overlap": 2}
 #: JVM flags of both systems in an ``--overlap`` run (a smoke run of tiny jobs): compile with
 #: C1 only and collect with one GC thread. Measured on the quick suite's jobs: the Spark JVM
 #: used 17 instead of 36 CPU-seconds, Flink's 15 instead of 28, for the same wall time alone,
@@ -88,16 +104,38 @@ def say(text: str) -> None:
 # ---------------------------------------------------------------------------- one run of each system
 
 
+def records_per_trigger(wl: Any, args: argparse.Namespace) -> int | None:
+    """Tidemark's per-batch cap for ``wl``: ``--max-records-per-trigger``, else the one that
+    drains it in ``--batches`` batches (None: one batch)."""
+    return args.max_records_per_trigger or sustained.records_per_trigger(wl.input_rows, args.batches)
+
+
+def warmup_rows(wl: Any, args: argparse.Namespace) -> int | None:
+    """The input records both steady-state clocks leave out: Tidemark's first batch (None: one
+    batch, whole-run clock)."""
+    cap = records_per_trigger(wl, args)
+    if cap is None:
+        return None
+    records = [sum(1 for line in Path(p).read_bytes().splitlines() if line.strip()) for p in wl.tables.values()]
+    return sustained.first_batch_rows(cap, records)
+
+
 def run_tidemark(wl: Any, variant: str, bootstrap: str, workdir: Path, args: argparse.Namespace,
                  session: tidemark_runner.TidemarkSession) -> dict[str, Any]:
+    """One Tidemark run's figures; with a per-batch cap its ``rows_per_s`` is the steady-state
+    clock's (None when it had no steady part), the whole run's stays as ``rows_per_s_run``."""
+    cap = records_per_trigger(wl, args)
     res = tidemark_runner.run_workload(
         name=wl.name, variant=variant, sql=wl.tidemark_variants[variant], files=wl.tables,
         input_rows=wl.input_rows, bootstrap=bootstrap, workdir=workdir, session=session,
-        max_records_per_trigger=args.max_records_per_trigger, progress=lambda t: say(f"    {t}"),
+        max_records_per_trigger=cap, progress=lambda t: say(f"    {t}"),
     )
     out = res.figures()
     out["startup_s"] = session.startup_s
     out["table"] = res.table
+    out["rows_per_s_run"] = res.rows_per_s
+    if cap is not None:
+        out["rows_per_s"] = res.steady["rows_per_s"] if res.steady else None
     return out
 
 
@@ -108,12 +146,18 @@ FLINK_PLANNER_FLAKE = "NullPointerException: metadataHandlerProvider"
 
 
 def run_flink(wl: Any, variant: str, workdir: Path, session: FlinkSession,
-              cap_s: float | None = None) -> dict[str, Any]:
-    res = session.run(flink_runner.job_spec(wl, variant, workdir, timeout_s=1800, cap_s=cap_s))
+              cap_s: float | None = None, warmup_rows: int | None = None) -> dict[str, Any]:
+    """One Flink run's figures; with ``warmup_rows`` its ``rows_per_s`` is the steady-state
+    clock's (``sustained.flink_steady``; None when it had no steady part), the whole run's
+    stays as ``rows_per_s_run``."""
+    spec = lambda: flink_runner.job_spec(wl, variant, workdir, timeout_s=1800, cap_s=cap_s,  # noqa: E731
+                                         sample_sources=warmup_rows is not None)
+    res = session.run(spec())
     if not res.get("ok") and FLINK_PLANNER_FLAKE in str(res.get("error")):
         say(f"{wl.name}/{variant}: Flink's planner failed with {FLINK_PLANNER_FLAKE}; running it again")
         shutil.rmtree(workdir, ignore_errors=True)
-        res = session.run(flink_runner.job_spec(wl, variant, workdir, timeout_s=1800, cap_s=cap_s))
+        res = session.run(spec())
+    timeline = res.pop("source_timeline", None) or []
     if res.get("capped") and cap_s:
         return capped_figures(res, session.startup_s)
     if not res.get("ok"):
@@ -125,7 +169,13 @@ def run_flink(wl: Any, variant: str, workdir: Path, session: FlinkSession,
     phases = res.get("phases") or {}
     # what Flink did before its clock started (RUNNING): SQL planning, then submission
     planning = [phases[k] for k in ("plan_s", "submit_s") if phases.get(k) is not None]
-    res.update(rows_per_s=res["throughput_rows_s"], run_s=res["seconds"], startup_s=session.startup_s,
+    steady, tput = None, res["throughput_rows_s"]
+    if warmup_rows is not None:
+        steady = sustained.flink_steady(timeline, res.get("source_rows_total") or 0,
+                                        wl.input_rows, warmup_rows, res["end_of_input_s"])
+        tput = steady.rows_per_s if steady else None
+    res.update(rows_per_s=tput, rows_per_s_run=res["throughput_rows_s"], steady=steady.as_dict() if steady else None,
+               run_s=res["seconds"], startup_s=session.startup_s,
                planning_s=sum(planning) if planning else None,
                peak_rss_bytes=res.get("peak_rss_with_driver_bytes") or res.get("peak_rss_bytes"),
                peak_rss_jvm_bytes=res.get("peak_rss_bytes"), table=table,
@@ -211,10 +261,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for k in sorted({key(r["system"], r["variant"]) for r in runs}):
         rs = [r for r in runs if key(r["system"], r["variant"]) == k]
         out[k] = {f: median([r.get(f) for r in rs]) for f in
-                  ("rows_per_s", "run_s", "startup_s", "planning_s", "peak_rss_bytes", "state_bytes",
-                   "materializer_state_bytes")}
+                  ("rows_per_s", "rows_per_s_run", "run_s", "startup_s", "planning_s", "peak_rss_bytes",
+                   "state_bytes", "materializer_state_bytes", "batches")}
         out[k]["runs"] = len(rs)
-        out[k]["rows_per_s_runs"] = [round(r["rows_per_s"], 1) for r in rs]
+        out[k]["rows_per_s_runs"] = [None if r["rows_per_s"] is None else round(r["rows_per_s"], 1) for r in rs]
         capped = [r for r in rs if r.get("capped")]
         if capped:  # every figure of this variant is then an upper bound (see capped_figures)
             out[k].update(capped=True, cap_s=max(r["cap_s"] for r in capped),
@@ -384,7 +434,8 @@ def run_workload(wl: Any, args: argparse.Namespace, bootstrap: str, work: Path, 
             d = work / wname / f"r{rep}-{system}-{variant}"
             say(f"{wname} repeat {rep + 1}/{args.repeats}: {system} {variant} ...")
             if system == "flink":
-                res = timed(run_flink, wl, variant, d, fs, cap_s=args.flink_cap.get((wname, variant)))
+                res = timed(run_flink, wl, variant, d, fs, cap_s=args.flink_cap.get((wname, variant)),
+                            warmup_rows=warmup_rows(wl, args))
             else:
                 res = timed(run_tidemark, wl, variant, bootstrap, d, args, ts)
             record_run(wl, system, variant, rep, res, runs, tables, results)
@@ -424,7 +475,8 @@ def record_run(wl: Any, system: str, variant: str, rep: int, res: dict[str, Any]
                                        "b": key(system, variant), "first": diffs[:10]})
     tables[key(system, variant)] = table
     runs.append(res)
-    say(f"{wname} repeat {rep + 1}: {system} {variant}: {res['rows_per_s']:,.0f} rows/s, "
+    say(f"{wname} repeat {rep + 1}: {system} {variant}: {_num(res['rows_per_s'])} rows/s "
+        f"(whole run {_num(res.get('rows_per_s_run'))}), "
         f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MB, state {(res['state_bytes'] or 0) / 1024:,.1f} KB, "
         f"{len(table):,} rows" + ("" if not diffs else f"  !!! DIFFERS FROM EXPECTED: {diffs[:3]}"))
     say(f"    wall {res['wall_s']:.1f} s: " + phases_text(res.get("phases")))
@@ -465,7 +517,8 @@ def run_overlapped(wls: list[Any], args: argparse.Namespace, bootstrap: str, wor
                 for wl in wls:
                     for v in wl.flink_variants:
                         d = work / wl.name / f"r{rep}-flink-{v}"
-                        res = timed(run_flink, wl, v, d, fs, cap_s=args.flink_cap.get((wl.name, v)))
+                        res = timed(run_flink, wl, v, d, fs, cap_s=args.flink_cap.get((wl.name, v)),
+                                    warmup_rows=warmup_rows(wl, args))
                         done[(wl.name, rep, "flink", v)] = res
                         say(f"{wl.name} repeat {rep + 1}: flink {v} done in {res['wall_s']:.1f} s")
 
@@ -513,17 +566,29 @@ def workload_results(wl: Any, scale: float, runs: list[dict[str, Any]]) -> dict[
             "runs": runs, "medians": summarize(runs), "ratios": ratios(wl, runs)}
 
 
+def generate(wname: str, args: argparse.Namespace, work: Path) -> Any:
+    """Workload ``wname`` at its scale, with only the Tidemark variants ``--only`` kept
+    (``W4:regular``: all of them when it names none)."""
+    wl = workloads.generate(wname, args.scale_of.get(wname, args.scale), args.seed, work / wname / "input")
+    keep = args.variants.get(wname)
+    if keep:
+        unknown = sorted(set(keep) - set(wl.tidemark_variants))
+        if unknown:
+            raise SystemExit(f"--only: {wname} has no Tidemark variant {unknown}; it has {sorted(wl.tidemark_variants)}")
+        wl.tidemark_variants = {v: sql for v, sql in wl.tidemark_variants.items() if v in keep}
+    return wl
+
+
 def run_all_in_turn(names: list[str], args: argparse.Namespace, bootstrap: str, work: Path,
                     results: dict[str, Any]) -> None:
     """The measured method (make bench): one workload after the other, one run at a time."""
     sessions = Sessions(work, args.sessions, bootstrap, warmup=not args.no_warmup)
     try:
         for wname in names:
-            scale = args.scale_of.get(wname, args.scale)
-            wl = workloads.generate(wname, scale, args.seed, work / wname / "input")
+            wl = generate(wname, args, work)
             say(f"{wname}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
             runs = run_workload(wl, args, bootstrap, work, sessions, results)
-            results["workloads"][wname] = workload_results(wl, scale, runs)
+            results["workloads"][wname] = workload_results(wl, args.scale_of.get(wname, args.scale), runs)
             if not args.keep:
                 shutil.rmtree(work / wname, ignore_errors=True)
     finally:
@@ -533,7 +598,7 @@ def run_all_in_turn(names: list[str], args: argparse.Namespace, bootstrap: str, 
 def run_all_overlapped(names: list[str], args: argparse.Namespace, bootstrap: str, work: Path,
                        results: dict[str, Any]) -> None:
     """The smoke method (make bench-quick, ``--overlap``): see ``run_overlapped``."""
-    wls = [workloads.generate(n, args.scale_of.get(n, args.scale), args.seed, work / n / "input") for n in names]
+    wls = [generate(n, args, work) for n in names]
     for wl in wls:
         say(f"{wl.name}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
     runs = run_overlapped(wls, args, bootstrap, work, results)
@@ -544,14 +609,22 @@ def run_all_overlapped(names: list[str], args: argparse.Namespace, bootstrap: st
 
 
 def run_suite(args: argparse.Namespace, bootstrap: str, work: Path) -> dict[str, Any]:
-    names = [n.strip() for n in args.only.split(",")] if args.only else list(workloads.NAMES)
+    names, args.variants = [], {}
+    for item in (n.strip() for n in args.only.split(",") if n.strip()):
+        wname, _, variant = item.partition(":")
+        if wname not in names:
+            names.append(wname)
+        if variant:
+            args.variants.setdefault(wname, []).append(variant)
+    names = names or list(workloads.NAMES)
     unknown = [n for n in [*names, *args.scale_of, *(w for w, _ in args.flink_cap)] if n not in workloads.NAMES]
     if unknown:
         raise SystemExit(f"--only/--scales: unknown workload(s) {unknown}; expected some of {', '.join(workloads.NAMES)}")
     results: dict[str, Any] = {
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "scale": args.scale, "repeats": args.repeats, "seed": args.seed, "sessions": args.sessions,
+        "scale": args.scale, "scales": args.scale_of, "batches": args.batches, "repeats": args.repeats,
+        "seed": args.seed, "sessions": args.sessions,
         "flink_caps": {f"{w}:{v}": s for (w, v), s in args.flink_cap.items()},
         "warmup": not args.no_warmup, "overlap": args.overlap,
         "machine": machine_facts(), "load_start": list(os.getloadavg()), "workloads": {}, "differences": [],
@@ -563,9 +636,10 @@ def run_suite(args: argparse.Namespace, bootstrap: str, work: Path) -> dict[str,
     if args.latency_seconds > 0:
         say(f"latency: s1/s2 join (W2 DEDUPLICATE shape), {args.latency_rate:g} rows/s for {args.latency_seconds:g} s ...")
         lat = tidemark_runner.latency(bootstrap, work / "latency", rate=args.latency_rate,
-                                      seconds=args.latency_seconds, backlog=args.latency_backlog)
+                                      seconds=args.latency_seconds, backlog=args.latency_backlog,
+                                      warmup_s=args.latency_warmup)
         results["latency"] = lat
-        say(f"latency: p50 {lat['p50_s']:.2f} s, p99 {lat['p99_s']:.2f} s")
+        say(f"latency: {latency_text(lat)}")
     results["load_end"] = list(os.getloadavg())
     results["finished_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results["elapsed_s"] = round(time.monotonic() - T0, 1)
@@ -610,7 +684,8 @@ def render(results: dict[str, Any]) -> str:
         "## Tidemark vs Flink 2.3 (benchmark suite)",
         "",
         "Generated by `tests/bench/suite.py` (do not edit this section by hand; `make bench` rewrites it).",
-        f"Command: `{results['command']}`; scale {results['scale']:g}, {results['repeats']} repeat(s), "
+        f"Command: `{results['command']}`; scale {results['scale']:g}"
+        f"{''.join(f', {k} {v:g}' for k, v in (results.get('scales') or {}).items())}, {results['repeats']} repeat(s), "
         f"seed {results['seed']}; {results['started_at']} to {results['finished_at']} "
         f"({results['elapsed_s'] / 60:.1f} min). Machine-readable: `tests/bench/results.json`.",
         "",
@@ -626,12 +701,15 @@ def render(results: dict[str, Any]) -> str:
         "How it is measured. Each workload is generated once (seeded) and both systems read the same "
         "records: Flink 2.3 from the files (filesystem connector, parallelism 2, RocksDB, `flink_runner.py`), "
         "Tidemark from Kafka topics of the embedded broker, produced before timing (2 partitions per table), "
-        "run as `tidemark run --until-idle` runs it (`PipelineJob` on `local[*]`, RocksDB state store, no "
-        "per-batch cap). " + ("One warm Flink mini-cluster and one warm Spark session per workload" if results.get("sessions") != "suite"
+        "run as `tidemark run --until-idle` runs it (`PipelineJob` on `local[*]`, RocksDB state store, "
+        + (f"at most input / {results['batches']} records per micro-batch, so a running job drains it in about "
+           f"{results['batches']} batches). " if results.get("batches", 1) > 1 else "no per-batch cap). ") + ("One warm Flink mini-cluster and one warm Spark session per workload" if results.get("sessions") != "suite"
         else "One warm Flink mini-cluster and one warm Spark session for the whole suite") +
         (", each first given an unmeasured warm-up job; " if results.get("warmup") else "; ") +
         "the systems alternate (Flink first in odd repeats, Tidemark first in even ones). "
-        "Throughput = input records / (job start -> the sink holding the last output), where a job starts "
+        + (STEADY_TEXT if results.get("batches", 1) > 1 else "") +
+        ("Whole-run throughput ('whole run' below) = " if results.get("batches", 1) > 1 else "Throughput = ") +
+        "input records / (job start -> the sink holding the last output), where a job starts "
         "once it is planned: Flink's clock starts when its job is RUNNING (SQL planning and submission "
         "are done), Tidemark's when Spark has planned the query's first batch (its `queryPlanning`, which "
         "includes each keyed stage's Python processor pre-init, once per query start; shown apart as "
@@ -653,14 +731,16 @@ def render(results: dict[str, Any]) -> str:
     for wname, w in results["workloads"].items():
         lines += [f"### {wname}", "", f"Scale {w.get('scale', results['scale']):g}: {w['input_rows']:,} input records, final table {w['final_rows']:,} rows "
                   f"({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v}' for k, v in w['params'].items())}).", "",
-                  "| system | variant | throughput rows/s (runs) | start-up s | planning s | peak RSS MB | state KB | of which materializer KB |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "| system | variant | throughput rows/s (runs) | whole run rows/s | batches | start-up s | planning s "
+                  "| peak RSS MB | state KB | of which materializer KB |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for k, s in w["medians"].items():
             system, variant = k.split(":", 1)
-            runs = ", ".join(f"{x:,.0f}" for x in s["rows_per_s_runs"])
+            runs = ", ".join(_num(x) for x in s["rows_per_s_runs"])
             tput = (throughput_text(s) + (f" (runs {runs})" if s["runs"] > 1 else "")
                     if s.get("capped") else f"{_num(s['rows_per_s'])} ({runs})")
-            lines.append(f"| {system} | {variant} | {tput} | {_num(s['startup_s'], '.1f')} | "
+            lines.append(f"| {system} | {variant} | {tput} | {_num(s.get('rows_per_s_run'))} | "
+                         f"{_num(s.get('batches'))} | {_num(s['startup_s'], '.1f')} | "
                          f"{_num(s.get('planning_s'), '.1f')} | "
                          f"{_num(s['peak_rss_bytes'] and s['peak_rss_bytes'] / 2**20)} | "
                          f"{_num(s['state_bytes'] and s['state_bytes'] / 1024, ',.1f')} | "
@@ -681,11 +761,19 @@ def render(results: dict[str, Any]) -> str:
     if "latency" in results:
         lat = results["latency"]
         lines += ["### Tidemark end-to-end latency", "",
-                  f"The s1/s2 join of W2 (`ON CONFLICT DO DEDUPLICATE`) by `bench_e2e.py`'s method: a warm job, "
-                  f"{lat['rate_rows']:,} s1 inserts at {lat['achieved_rate']:.0f} rows/s, latency = first visibility "
-                  f"in the sink topic (read_committed) - produce time: **p50 {lat['p50_s']:.2f} s, p99 "
-                  f"{lat['p99_s']:.2f} s** (max {lat['max_s']:.2f} s); then a backlog of {lat['backlog']:,} rows "
-                  f"drained at {lat['rows_per_s']:,.0f} rows/s in {lat['backlog_batches']} batch(es).", ""]
+                  f"The s1/s2 join of W2 (`ON CONFLICT DO DEDUPLICATE`) by `bench_e2e.py`'s method: a warm job (no "
+                  f"per-batch cap; {lat.get('warmup_s', 0):g} s of inserts at the rate first, unmeasured), "
+                  f"{lat['rate_rows']:,} s1 inserts asked at {lat.get('asked_rate', 0):,.0f} rows/s, "
+                  f"latency = first visibility in the sink topic (read_committed) - produce time, reported only if "
+                  f"the job kept up (its backlog of produced rows not yet visible, sampled every 250 ms, grew by less "
+                  f"than {sustained.GROWTH_FRACTION:.0%} of the rows produced between the phase's first and last "
+                  f"thirds): **{latency_text(lat)}**."
+                  + (f" Then a backlog of {lat['backlog']:,} rows drained at {lat['rows_per_s']:,.0f} rows/s in "
+                     f"{lat['backlog_batches']} batch(es)." if lat.get("backlog") else ""),
+                  "",
+                  "Flink's latency on this shape is not measured: the harness feeds Flink from files (its "
+                  "filesystem connector), and measuring produce-to-visible latency needs Flink's Kafka connector, "
+                  "which is not installed in `.venv-flink`.", ""]
     lines += ["### Targets", "", "| workload | ratio | figure | target | measured | met |",
               "|---|---|---|---|---:|---|"]
     for t in results["targets"]:
@@ -694,6 +782,25 @@ def render(results: dict[str, Any]) -> str:
                      f"{ratio_text(t['value'], t.get('bound'))} | {met} |")
     lines += ["", END]
     return "\n".join(lines) + "\n"
+
+
+def latency_text(lat: dict[str, Any]) -> str:
+    """The latency phase in one phrase: its verdict and, only if the job kept up, p50/p99."""
+    rate = f"input {lat['achieved_rate']:,.0f} of {lat.get('asked_rate', 0):,.0f} rows/s asked"
+    if lat.get("p50_s") is None:
+        return f"{lat['verdict']}; {rate}; all rows visible {lat['drained_after_s']:.1f} s after the last was produced"
+    return f"p50 {lat['p50_s']:.2f} s, p99 {lat['p99_s']:.2f} s (max {lat['max_s']:.2f} s), {lat['verdict']}; {rate}"
+
+
+#: the steady-state clock of the sustained mode, for the method text (see sustained.py)
+STEADY_TEXT = (
+    "Throughput is clocked on the steady part, the same rule for both systems: the first micro-batch's "
+    "input records (Tidemark's per-batch cap from each source table) are the warm-up and are left out, and so is the time "
+    "until the job had taken them in; throughput = the remaining records / (that boundary -> the sink holding "
+    "the last output). Tidemark's boundary is its first batch's commit; Flink's the first moment its sources "
+    "had emitted that share of their output (source vertices' `write-records`, sampled from the REST API "
+    "every 200 ms; rows emitted are scaled to input records by the whole job's ratio, and rows still in "
+    "flight at the boundary count as done, which favours Flink slightly). ")
 
 
 def capped_note(variants: list[str]) -> str:
@@ -738,11 +845,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=None,
                     help=f"workload size multiplier (workloads.py; 1.0 = ~50k records each; default {FULL['scale']})")
     ap.add_argument("--repeats", type=int, default=None, help=f"default {FULL['repeats']}")
-    ap.add_argument("--scales", default="", help="per-workload scale overrides, e.g. W3=1.0 (the issue's 50,000 keys)")
+    ap.add_argument("--scales", default=None,
+                    help=f"per-workload scale overrides, e.g. W3=1.0 (50,000 keys; default {FULL['scales']!r})")
+    ap.add_argument("--batches", type=int, default=None,
+                    help="sustained mode: Tidemark drains each workload in about this many micro-batches (its cap "
+                         "per batch = input / batches) and both systems' throughput is clocked on the steady part "
+                         f"(sustained.py); 1 = one batch, whole-run clock (default {FULL['batches']})")
     ap.add_argument("--flink-cap", default="",
                     help="cancel a Flink variant after SECONDS and report an upper bound of its throughput, "
                          f"e.g. W3:LEGACY=300 (default for W3 at scale >= 0.5: {DEFAULT_W3_LEGACY_CAP_S:g} s; 0 = no cap)")
-    ap.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3 (default: all)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated workloads, e.g. W1,W3, or a workload's Tidemark variant, e.g. W4:regular "
+                         "(default: all)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="markdown file whose suite section is regenerated")
     ap.add_argument("--json", type=Path, default=None, help="machine-readable results")
@@ -750,8 +864,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="Tidemark: cap per micro-batch (default: none, like Flink's unthrottled source)")
     ap.add_argument("--latency-seconds", type=float, default=None,
                     help=f"Tidemark latency phase length; 0 skips it (default {FULL['latency_seconds']})")
-    ap.add_argument("--latency-rate", type=float, default=100.0)
-    ap.add_argument("--latency-backlog", type=int, default=2_000)
+    ap.add_argument("--latency-rate", type=float, default=None, help=f"rows/s (default {FULL['latency_rate']:g})")
+    ap.add_argument("--latency-warmup", type=float, default=None,
+                    help=f"seconds of inserts at the rate before the latency phase, unmeasured (default "
+                         f"{FULL['latency_warmup']:g})")
+    ap.add_argument("--latency-backlog", type=int, default=None,
+                    help="inserts drained as fast as the job goes after the latency phase (default 0: none)")
     ap.add_argument("--sessions", choices=("workload", "suite"), default=None,
                     help="one warm Flink cluster + Spark session per workload (default) or for the whole suite")
     ap.add_argument("--no-warmup", action="store_true", default=None, help="skip the unmeasured warm-up job per session")
@@ -768,6 +886,8 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, value)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
+    if args.batches < 1:
+        ap.error("--batches must be >= 1")
     try:
         args.scale_of = {k.strip(): float(v) for k, v in (x.split("=", 1) for x in args.scales.split(",") if x.strip())}
     except ValueError:

@@ -111,7 +111,8 @@ def _overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: list[str], 
                 "materializer_state_bytes": 1, "input_rows": wl.input_rows,
                 "table": table if system == "tidemark" else [list(r) for r in table.values()]}
 
-    def fake_flink(wl: Any, variant: str, d: Path, fs: Any, cap_s: float | None = None) -> dict[str, Any]:
+    def fake_flink(wl: Any, variant: str, d: Path, fs: Any, cap_s: float | None = None,
+                   warmup_rows: int | None = None) -> dict[str, Any]:
         return fake("flink", wl, variant)
 
     def fake_tidemark(wl: Any, variant: str, bootstrap: str, d: Path, args: Any, ts: Any) -> dict[str, Any]:
@@ -120,7 +121,7 @@ def _overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, names: list[str], 
     monkeypatch.setattr(suite, "run_flink", fake_flink)
     monkeypatch.setattr(suite, "run_tidemark", fake_tidemark)
     args = argparse.Namespace(scale=0.01, scale_of={}, seed=1, repeats=1, overlap=overlap, keep=False,
-                              flink_cap={})
+                              flink_cap={}, max_records_per_trigger=None, batches=1, variants={})
     results: dict[str, Any] = {"differences": [], "workloads": {}}
     suite.run_all_overlapped(names, args, "unused:9092", tmp_path / "work", results)
     results["calls"] = calls

@@ -95,7 +95,8 @@ def _w3_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tidemark_rows_s
                 "state_bytes": 100, "materializer_state_bytes": 10, "input_rows": wl.input_rows, "table": expected}
 
     monkeypatch.setattr(suite, "run_tidemark", fake_tidemark)
-    args = argparse.Namespace(repeats=1, flink_cap=suite.parse_caps("", _scale(1.0)))
+    args = argparse.Namespace(repeats=1, flink_cap=suite.parse_caps("", _scale(1.0)), max_records_per_trigger=None,
+                              batches=1)
     results: dict[str, Any] = {"differences": [], "workloads": {}}
     runs = suite.run_workload(wl, args, "unused:9092", tmp_path / "work", _Sessions(fs), results)
     results["workloads"]["W3"] = {"scale": 1.0, "input_rows": W3_INPUT, "final_rows": 1, "params": wl.params,

@@ -20,7 +20,9 @@ Times come from the job's own status channel (``TIDEMARK_STATUS_FILE`` format: J
 with wall-clock ``ts``): run = ``started`` (the query is started) -> the last batch that
 read input is committed (its ``batch`` event is written after the sink's write and
 Spark's commit, so the sink holds that batch's output). Throughput = the workload's input
-records / run.
+records / run. In the sustained mode (a per-batch cap, several batches) the steady-state
+clock (``sustained.tidemark_steady``: from the first batch's commit to the last's) is
+reported as ``steady``.
 
 State size at the end: the bytes on disk under ``CHECKPOINT/state`` (every retained
 version of every state store: what a restart reads) and, from Spark's progress of the last
@@ -58,6 +60,8 @@ from tidemark.kafka.admin import ensure_topics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from run_support import sink_table, topic_of, unique_topics  # noqa: E402  (the run tests' helpers)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sustained  # noqa: E402
 
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
 SOURCE_PARTITIONS = 2  # like Flink's parallelism 2 in the issue's measurements
@@ -100,6 +104,12 @@ class TidemarkRun:
     #: where the run's wall time went (seconds): produce, job (the session's round trip, and
     #: inside it compile/start/wait/close), read (the sink table), state_scan
     phases: dict[str, float] = field(default_factory=dict)
+    #: the per-batch cap the run had (None: one batch takes everything)
+    max_records_per_trigger: int | None = None
+    #: the steady-state clock (``sustained.Steady.as_dict``); None with fewer than 2 batches
+    steady: dict[str, Any] | None = None
+    #: (commit time, records read) per data batch
+    batch_times: list[tuple[float, int]] = field(default_factory=list)
 
     def figures(self) -> dict[str, Any]:
         out = asdict(self)
@@ -296,6 +306,7 @@ def run_workload(
     data = [e for e in batches if e.get("rows_in") or e.get("rows_out")]
     if started is None or not data:
         raise TidemarkRunError(f"{name}/{variant}: no 'started' or data batch in {status}")
+    steady = sustained.tidemark_steady(data, input_rows)
     t_end = max(e["ts"] for e in data)
     run_s = t_end - started
     measured_s = run_s - (planning_s or 0.0)  # see _start_planning_s
@@ -324,6 +335,8 @@ def run_workload(
         state_current_version_bytes=int(data[-1].get("state_size_bytes") or 0),
         batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status, state_operators=state_operators,
         workdir=str(workdir), table=table, columns=list(pipeline.sink.column_names),
+        max_records_per_trigger=max_records_per_trigger, steady=steady.as_dict() if steady else None,
+        batch_times=[(e["ts"], int(e["rows_in"])) for e in data],
     )
 
 
@@ -590,16 +603,20 @@ def _serve_one(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- latency
 
 
-def latency(bootstrap: str, workdir: Path, *, rate: float, seconds: float, backlog: int) -> dict[str, float]:
+def latency(bootstrap: str, workdir: Path, *, rate: float, seconds: float, backlog: int,
+            warmup_s: float) -> dict[str, Any]:
     """End-to-end latency of the seed's s1/s2 join (the W2 DEDUPLICATE pipeline's shape)
-    at a fixed input rate, by ``bench_e2e.py``'s method and code: a warm job, s1 inserts at
-    ``rate`` rows/s for ``seconds``, latency = first visibility in the sink - produce
-    time; then a ``backlog`` of inserts drained as fast as the job goes."""
+    at a fixed input rate, by ``bench_e2e.py``'s method and code: a warm job (``warmup_s`` of
+    inserts at the rate first, unmeasured), s1 inserts at ``rate`` rows/s for ``seconds``, latency = first visibility in the sink - produce
+    time, reported only if the job kept up (``sustained.keep_up``); then a ``backlog`` of
+    inserts drained as fast as the job goes. No per-batch cap: a micro-batch takes what
+    arrived meanwhile, as a deployed job would (a cap would make it fall behind by design)."""
     sys.path.insert(0, str(Path(__file__).parent))
     import bench_e2e
 
     workdir.mkdir(parents=True, exist_ok=True)
-    return bench_e2e.one_run(bootstrap, workdir, f"lat-{uuid.uuid4().hex[:6]}", rate, seconds, backlog)
+    return bench_e2e.one_run(bootstrap, workdir, f"lat-{uuid.uuid4().hex[:6]}", rate, seconds, backlog,
+                             max_records_per_trigger=None, warmup_s=warmup_s)
 
 
 def main() -> None:

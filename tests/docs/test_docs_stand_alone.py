@@ -26,7 +26,8 @@ INTERNAL = [
     (re.compile(r"\bthe seeds?\b|\bseeds?'s?(?=\s)|\bseed (example|ordering|requires)", re.I), "the seed"),
     (re.compile(r"\bproposal('s)?\b", re.I), "the proposal"),
     (re.compile(r"\bissues?\b(?:'s)?", re.I), "issue"),
-    (re.compile(r"(?<!Spark )(?<!test )(?<![.-])\bsessions?\b(?![.(])", re.I), "session"),
+    # case-sensitive: SQL's SESSION window is a construct, not a work session
+    (re.compile(r"(?<!Spark )(?<!test )(?<![.-])\b[Ss]essions?\b(?![.(])"), "session"),
     (re.compile(r"\bthe brief\b|\bthe lead\b|\bhelpers?\b(?= \w+ (adds|did|wrote))", re.I), "the brief"),
     (re.compile(r"\bdesign card\b", re.I), "design card"),
 ]

@@ -3,6 +3,7 @@ package tidemark.flinkbench;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.configuration.MetricOptions;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.core.execution.CheckpointType;
 import org.apache.flink.runtime.minicluster.MiniCluster;
@@ -25,6 +26,9 @@ public final class BenchCluster {
             Configuration conf = new Configuration();
             conf.set(TaskManagerOptions.NETWORK_MEMORY_MIN, MemorySize.ofMebiBytes(networkMb));
             conf.set(TaskManagerOptions.NETWORK_MEMORY_MAX, MemorySize.ofMebiBytes(networkMb));
+            // the REST API's IO metrics are refreshed this often (default 10 s): the runner
+            // samples the sources' progress for the sustained mode's steady-state clock
+            conf.set(MetricOptions.METRIC_FETCHER_UPDATE_INTERVAL, java.time.Duration.ofMillis(200));
             MiniClusterConfiguration cfg = new MiniClusterConfiguration.Builder()
                     .setConfiguration(conf)
                     .setNumTaskManagers(1)
