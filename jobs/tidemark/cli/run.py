@@ -158,6 +158,7 @@ def _run(
     registry_url: str | None, log_file: Path | None, verbose: bool, status: Any, term: TextIO,
     index_url: str | None = None, index_token: str | None = None, state_buckets: int | None = None,
 ) -> int:
+    from tidemark.engine.fingerprint import take_over
     from tidemark.engine.pipeline import compile_sql
     from tidemark.kafka.broker import configured_bootstrap
     from tidemark.spark.session import check_java
@@ -174,6 +175,7 @@ def _run(
         raise _prefixed(e, str(file)) from None
     name = name or os.environ.get("TIDEMARK_PIPELINE") or file.stem
     checkpoint = checkpoint or os.path.join("checkpoints", name)
+    take_over(checkpoint, pipeline)  # refuses a plan that cannot read the checkpoint's state
     check_java()
 
     stop = threading.Event()
