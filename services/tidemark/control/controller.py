@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tidemark.control import planning
+from tidemark.control import planning, upgrade
 from tidemark.control.indexes import IndexBinding, IndexRegistrar
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
 from tidemark.control.registry_log import LEASE_PREFIX, LeaseRecord, PipelineRecord
@@ -83,6 +83,7 @@ class Controller:
         self._renewed_at: dict[str, float] = {}
         self._confirmed_until: dict[str, float] = {}
         self._started_version: dict[str, int] = {}
+        self._started_config: dict[str, tuple[str, dict[str, Any]]] = {}  # the SQL and options a job runs
         self._mutex = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
@@ -158,6 +159,11 @@ class Controller:
                 continue  # the previous incarnation's job is still stopping
             holder = holders.get(name)
             sup = self.supervisors.get(name)
+            if sup is not None and sup.alive and not sup.stopping and self._started_config.get(name) != (
+                    rec.sql, rec.options or {}):
+                log.info("pipeline %s: changed (version %d); restarting its job with the new version",
+                         name, rec.version)
+                sup.stop(wait=False)  # started again below once it is gone (its version is newer)
             if sup is not None and sup.alive and (sup.stopping or rec.desired != "running"):
                 # keep the lease until the job is really gone, so nobody else starts it meanwhile
                 sup.stop(wait=False)
@@ -221,14 +227,19 @@ class Controller:
     def _pipeline_dir(self, rec: PipelineRecord) -> Path:
         return self.settings.state_dir / "pipelines" / f"{rec.name}-{rec.uid[:12]}"
 
+    def _checkpoint_root(self) -> str:
+        return (self.settings.checkpoint_root or str(self.settings.state_dir / "checkpoints")).rstrip("/")
+
+    def _checkpoint(self, rec: PipelineRecord) -> str:
+        return f"{self._checkpoint_root()}/{rec.name}-{rec.uid[:12]}"
+
     def _start_local(self, rec: PipelineRecord) -> None:
         with self._mutex:
             workdir = self._pipeline_dir(rec)
             workdir.mkdir(parents=True, exist_ok=True)
             sql_file = workdir / f"{rec.name}.sql"  # the stem names the pipeline (its DLQ topic)
             sql_file.write_text(rec.sql)
-            root = self.settings.checkpoint_root or str(self.settings.state_dir / "checkpoints")
-            checkpoint = f"{root.rstrip('/')}/{rec.name}-{rec.uid[:12]}"
+            checkpoint = self._checkpoint(rec)
             options = rec.options or {}
             argv = job_argv(self.settings.job_command, sql_file, self.settings.bootstrap_servers, checkpoint,
                             self.settings.spark_master, bool(options.get("until_idle")),
@@ -245,6 +256,7 @@ class Controller:
                                 lease_deadline=lambda: self._confirmed_until.get(rec.name, 0.0))
             self.supervisors[rec.name] = sup
             self._started_version[rec.name] = rec.version
+            self._started_config[rec.name] = (rec.sql, options)
             sup.start()
             log.info("pipeline %s: started locally (owner %s)", rec.name, self.service_id)
 
@@ -266,6 +278,7 @@ class Controller:
         sup = self.supervisors.pop(name)
         self._progress.pop(name, None)
         self._started_version.pop(name, None)
+        self._started_config.pop(name, None)
         self._confirmed_until.pop(name, None)
         self._renewed_at.pop(name, None)
         shutil.rmtree(sup.spec.workdir, ignore_errors=True)
@@ -306,6 +319,27 @@ class Controller:
                 return cur
             rec = replace(cur, desired=desired, version=cur.version + 1, request_id=self.registry.new_request_id(),
                           updated_at=time.time(), ever_started=cur.ever_started or desired == "running")
+            offset = self.registry.write(name, rec.to_value())
+            if self.registry.outcome(rec.request_id):
+                return rec
+            self._repair(name, offset)
+        raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
+
+    def update(self, name: str, sql: str, options: dict[str, Any], fresh_start: bool) -> PipelineRecord:
+        """Change a pipeline's SQL and options (``upgrade``). A change its state cannot serve is
+        a Conflict unless ``fresh_start``, which gives it a new uid: a new checkpoint, read
+        from the sources' start position. A running job restarts with the new version."""
+        pipeline = planning.compile_pipeline(sql)
+        self.indexes.ensure(name, pipeline)
+        for _ in range(5):
+            cur = self.get(name)
+            if not fresh_start:
+                reason = upgrade.incompatibility(cur, self._checkpoint(cur), pipeline)
+                if reason is not None:
+                    raise Conflict(reason)
+            rec = replace(cur, sql=sql, options=options, version=cur.version + 1,
+                          uid=uuid.uuid4().hex if fresh_start else cur.uid,
+                          request_id=self.registry.new_request_id(), updated_at=time.time())
             offset = self.registry.write(name, rec.to_value())
             if self.registry.outcome(rec.request_id):
                 return rec
