@@ -23,10 +23,11 @@ log = logging.getLogger("tidemark.control")
 
 @contextlib.contextmanager
 def _broker(bootstrap_servers: str | None):
-    """The given brokers, else KAFKA_BOOTSTRAP_SERVERS, else the project's embedded broker."""
+    """The given brokers, else KAFKA_BOOTSTRAP_SERVERS, else the project's embedded broker;
+    yields (servers, whether they are the embedded broker's)."""
     servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if servers:
-        yield servers
+        yield servers, False
         return
     try:
         from tidemark.kafka.broker import embedded_broker
@@ -35,8 +36,21 @@ def _broker(bootstrap_servers: str | None):
             "no --bootstrap-servers given and the embedded broker (tidemark.kafka.broker) is not available: "
             f"{exc}", param_hint="--bootstrap-servers") from exc
     with embedded_broker() as servers:
-        log.info("embedded broker at %s (memory only: the registry is lost when it stops)", servers)
-        yield servers
+        log.info("embedded broker at %s (memory only: the registry survives as a copy in the state dir)", servers)
+        yield servers, True
+
+
+def _registry_copy(path: Path) -> Path:
+    """The registry copy the embedded broker's registry is restored from; an unreadable one
+    stops the service (exit 2) instead of being overwritten by an empty registry."""
+    from tidemark.control.registry_snapshot import RegistrySnapshot
+
+    try:
+        RegistrySnapshot(path).load()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return path
 
 
 def control(
@@ -77,10 +91,12 @@ def control(
     if index_url is None and master and not master.startswith("local"):
         log.warning("--master without --index-url: delta-join pipelines get an index service on this "
                     "machine's loopback, which executors on other machines cannot reach")
-    with _broker(bootstrap_servers) as servers:
+    registry_copy = _registry_copy(state_dir.resolve() / "registry.json")
+    with _broker(bootstrap_servers) as (servers, embedded):
         settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,
                                    registry_topic=registry_topic, service_id=service_id, spark_master=master,
-                                   checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl, index_url=index_url)
+                                   checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl, index_url=index_url,
+                                   registry_copy=registry_copy if embedded else None)
         try:
             controller = Controller(settings)
         except StateDirInUse as exc:

@@ -31,6 +31,7 @@ from tidemark.control import planning, upgrade
 from tidemark.control.indexes import IndexBinding, IndexRegistrar
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
 from tidemark.control.registry_log import LEASE_PREFIX, LeaseRecord, PipelineRecord
+from tidemark.control.registry_snapshot import RegistrySnapshot, orphaned_checkpoints
 from tidemark.control.settings import ControlSettings
 from tidemark.control.status_channel import JobProgress
 from tidemark.control.supervisor import JobSpec, JobSupervisor
@@ -84,6 +85,8 @@ class Controller:
         self._confirmed_until: dict[str, float] = {}
         self._started_version: dict[str, int] = {}
         self._started_config: dict[str, tuple[str, dict[str, Any]]] = {}  # the SQL and options a job runs
+        self._copy = RegistrySnapshot(settings.registry_copy) if settings.registry_copy else None
+        self._orphans_reported = False
         self._mutex = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
@@ -98,7 +101,43 @@ class Controller:
 
     def start(self) -> None:
         self.registry.start()
+        if self._copy is not None:
+            self._restore()
         self._thread.start()
+
+    def _restore(self, timeout_s: float = 60.0) -> None:
+        """Write the kept copy's pipelines into a registry that lacks them (a fresh embedded
+        broker), before the API answers, so a restart lists what it listed before."""
+        assert self._copy is not None
+        deadline = time.monotonic() + timeout_s
+        while not self.registry.loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.registry.loaded:
+            log.warning("registry not loaded within %.0f s: pipelines of %s not restored", timeout_s, self._copy.path)
+            return
+        known = self.registry.read(lambda s: set(s.pipelines))
+        missing = [rec for rec in self._copy.load() if rec.name not in known]
+        for rec in missing:
+            self.registry.write(rec.name, rec.to_value())
+        log.info("restored %d pipeline(s) from %s", len(missing), self._copy.path)
+        self._persist()
+
+    def _persist(self) -> None:
+        """After every accepted change: the registry's pipelines into the kept copy."""
+        if self._copy is not None:
+            self._copy.save(self.list())
+
+    def _report_orphans(self) -> None:
+        """Once, with the registry loaded: checkpoints of no registered pipeline, in one line.
+        They are never deleted here: they may be the only copy of someone's state."""
+        self._orphans_reported = True
+        if "://" in self._checkpoint_root():
+            return
+        expected = {Path(self._checkpoint(rec)).name for rec in self.list()}
+        orphans = orphaned_checkpoints(Path(self._checkpoint_root()), expected)
+        if orphans:
+            log.warning("%d checkpoint(s) belong to no registered pipeline (kept; delete them if unneeded): %s",
+                        len(orphans), ", ".join(f"{p.name} ({p})" for p in orphans))
 
     def close(self) -> None:
         """Stop every local job and hand their leases back, so another service (or this one,
@@ -130,6 +169,8 @@ class Controller:
             if not self.registry.loaded:
                 continue
             try:
+                if not self._orphans_reported:
+                    self._report_orphans()
                 self.reconcile_once()
             except RegistryUnavailable as exc:
                 log.warning("reconcile: %s", exc)
@@ -308,6 +349,7 @@ class Controller:
         if not self.registry.outcome(rec.request_id):
             self._repair(name, offset)
             raise Conflict(f"pipeline '{name}' already exists")
+        self._persist()
         return rec, binding
 
     def set_desired(self, name: str, desired: str) -> PipelineRecord:
@@ -321,6 +363,7 @@ class Controller:
                           updated_at=time.time(), ever_started=cur.ever_started or desired == "running")
             offset = self.registry.write(name, rec.to_value())
             if self.registry.outcome(rec.request_id):
+                self._persist()
                 return rec
             self._repair(name, offset)
         raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
@@ -342,6 +385,7 @@ class Controller:
                           request_id=self.registry.new_request_id(), updated_at=time.time())
             offset = self.registry.write(name, rec.to_value())
             if self.registry.outcome(rec.request_id):
+                self._persist()
                 return rec
             self._repair(name, offset)
         raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
@@ -361,6 +405,7 @@ class Controller:
         service reads the tombstone."""
         self.get(name)
         self.registry.write(name, None)
+        self._persist()
         deadline = time.monotonic() + self.settings.job_stop_timeout_s + 10
         while True:
             self.reconcile_once()
