@@ -64,7 +64,9 @@ def broker_answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
     """True when a Kafka-protocol broker at ``bootstrap`` answers a metadata request."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    from tidemark.kafka.config import client_config
+
+    admin = AdminClient({**client_config(bootstrap), "log_level": 0})
     try:
         admin.list_topics(timeout=timeout_s)
         return True

@@ -74,6 +74,14 @@ def consumer_config(options: dict[str, str]) -> dict[str, Any]:
     return conf
 
 
+def client_options(table: Any) -> dict[str, str]:
+    """The operator's and ``table``'s client settings (``tidemark.kafka.config``) as this
+    source's ``kafka.*`` options, resolved on the driver so executors need no settings file."""
+    from tidemark.kafka.config import file_settings, table_properties
+
+    return {f"kafka.{k}": str(v) for k, v in {**file_settings(), **table_properties(table.options)}.items()}
+
+
 def plan_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
     """Cap the span ``start -> end`` at ``max_rows`` offsets in total, shared over the
     partitions in proportion to their backlog (the remainder goes one offset at a time to

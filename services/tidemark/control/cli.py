@@ -69,11 +69,14 @@ def control(
              "default: start one on loopback when the first delta-join pipeline arrives")] = None,
     lease_ttl: Annotated[float, typer.Option(help="Seconds a pipeline lease lasts without renewal")] = 15.0,
     insecure_dev: Annotated[bool, typer.Option("--insecure-dev", help="Run without a bearer token (dev only)")] = False,
+    kafka_config: Annotated[Path | None, typer.Option(
+        help="librdkafka settings (key=value lines, e.g. security.protocol=SASL_SSL) for every Kafka client (registry, admin, index service, and the jobs it starts)")] = None,
 ) -> None:
     """Start the control service: REST API, pipeline registry, job supervision."""
     from tidemark.control.app import create_app
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings
+    from tidemark.kafka.config import KafkaConfigError, use_config_file
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
@@ -91,6 +94,11 @@ def control(
     if index_url is None and master and not master.startswith("local"):
         log.warning("--master without --index-url: delta-join pipelines get an index service on this "
                     "machine's loopback, which executors on other machines cannot reach")
+    try:
+        use_config_file(str(kafka_config) if kafka_config else None)  # inherited by the jobs it starts
+    except KafkaConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     registry_copy = _registry_copy(state_dir.resolve() / "registry.json")
     with _broker(bootstrap_servers) as (servers, embedded):
         settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,

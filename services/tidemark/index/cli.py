@@ -27,9 +27,11 @@ def index(
     max_wait_ms: Annotated[int, typer.Option(help="Longest a lookup waits for its offsets before 503")] = 30_000,
     no_history: Annotated[bool, typer.Option("--no-history", help="Keep only current rows (no as-of lookups)")] = False,
     insecure_dev: Annotated[bool, typer.Option("--insecure-dev", help="Run without a bearer token (dev only)")] = False,
+    kafka_config: Annotated[Path | None, typer.Option(help="librdkafka settings (key=value lines, e.g. security.protocol=SASL_SSL) for every Kafka client")] = None,
 ) -> None:
     """Start the index service: follows source topics, answers batched lookups."""
     from tidemark.index.app import IndexService, TableRegistration, create_app
+    from tidemark.kafka.config import KafkaConfigError, use_config_file
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     token = os.environ.get("TIDEMARK_API_TOKEN") or None
@@ -41,6 +43,11 @@ def index(
     if not servers:
         typer.echo("error: give --bootstrap-servers (or set KAFKA_BOOTSTRAP_SERVERS)", err=True)
         raise typer.Exit(2)
+    try:
+        use_config_file(str(kafka_config) if kafka_config else None)
+    except KafkaConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     service = IndexService(servers, max_wait_ms=max_wait_ms)
     for path in table or []:
         try:
