@@ -373,13 +373,11 @@ class Controller:
         a Conflict unless ``fresh_start``, which gives it a new uid: a new checkpoint, read
         from the sources' start position. A running job restarts with the new version."""
         pipeline = planning.compile_pipeline(sql)
+        self._check_upgrade(self.get(name), pipeline, fresh_start)  # refused: nothing registered anywhere
         self.indexes.ensure(name, pipeline)
         for _ in range(5):
             cur = self.get(name)
-            if not fresh_start:
-                reason = upgrade.incompatibility(cur, self._checkpoint(cur), pipeline)
-                if reason is not None:
-                    raise Conflict(reason)
+            self._check_upgrade(cur, pipeline, fresh_start)
             rec = replace(cur, sql=sql, options=options, version=cur.version + 1,
                           uid=uuid.uuid4().hex if fresh_start else cur.uid,
                           request_id=self.registry.new_request_id(), updated_at=time.time())
@@ -389,6 +387,11 @@ class Controller:
                 return rec
             self._repair(name, offset)
         raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
+
+    def _check_upgrade(self, cur: PipelineRecord, pipeline: Any, fresh_start: bool) -> None:
+        reason = None if fresh_start else upgrade.incompatibility(cur, self._checkpoint(cur), pipeline)
+        if reason is not None:
+            raise Conflict(reason)
 
     def _repair(self, name: str, lost_offset: int) -> None:
         """A rejected write must not be the last record under its key: compaction would keep
