@@ -4,12 +4,13 @@ the table, as one line (exit 2) or a 422; a good file reaches the registry's cli
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 
 import httpx
-from control_support import EXAMPLE_SQL, TIDEMARK, TOKEN, free_port, register
+from control_support import EXAMPLE_SQL, TIDEMARK, TOKEN, free_port, register, wait_for
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -62,3 +63,14 @@ def test_the_control_service_talks_to_the_broker_with_the_file_settings(broker, 
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_the_jobs_get_the_control_services_file(make_service, tmp_path):
+    conf = tmp_path / "client.properties"
+    conf.write_text("client.id=tidemark-job\n")
+    svc = make_service(kafka_config=str(conf))
+    assert register(svc, "with-conf").status_code == 201
+    assert svc.client.post("/v1/pipelines/with-conf/start").status_code == 202
+    argv_file = svc.controller._pipeline_dir(svc.controller.get("with-conf")) / "argv.json"
+    argv = wait_for(lambda: argv_file.exists() and json.loads(argv_file.read_text()), what="the job's argv")
+    assert argv[argv.index("--kafka-config") + 1] == str(conf)

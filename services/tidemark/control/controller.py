@@ -25,7 +25,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidemark.control import planning, upgrade
 from tidemark.control.indexes import IndexBinding, IndexRegistrar
@@ -35,6 +35,9 @@ from tidemark.control.registry_snapshot import RegistrySnapshot, orphaned_checkp
 from tidemark.control.settings import ControlSettings
 from tidemark.control.status_channel import JobProgress
 from tidemark.control.supervisor import JobSpec, JobSupervisor
+
+if TYPE_CHECKING:
+    from tidemark.engine.pipeline import Pipeline
 
 log = logging.getLogger("tidemark.control.controller")
 
@@ -52,9 +55,12 @@ class StateDirInUse(Exception):
 
 
 def job_argv(base: list[str], sql_file: Path, bootstrap_servers: str, checkpoint: str,
-             master: str | None, until_idle: bool, max_records_per_trigger: int | None = None) -> list[str]:
+             master: str | None, until_idle: bool, max_records_per_trigger: int | None = None,
+             kafka_config: str | None = None) -> list[str]:
     """The job's command line as a list: user text (the SQL) only ever travels in a file."""
     argv = [*base, str(sql_file), "--bootstrap-servers", bootstrap_servers, "--checkpoint", checkpoint]
+    if kafka_config:
+        argv += ["--kafka-config", kafka_config]
     if master:
         argv += ["--master", master]
     if until_idle:
@@ -284,7 +290,7 @@ class Controller:
             options = rec.options or {}
             argv = job_argv(self.settings.job_command, sql_file, self.settings.bootstrap_servers, checkpoint,
                             self.settings.spark_master, bool(options.get("until_idle")),
-                            options.get("max_records_per_trigger"))
+                            options.get("max_records_per_trigger"), self.settings.kafka_config)
             spec = JobSpec(name=rec.name, argv=argv, workdir=workdir,
                            env={"TIDEMARK_PIPELINE_UID": rec.uid},
                            restart=bool(options.get("restart")),
@@ -388,7 +394,7 @@ class Controller:
             self._repair(name, offset)
         raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
 
-    def _check_upgrade(self, cur: PipelineRecord, pipeline: Any, fresh_start: bool) -> None:
+    def _check_upgrade(self, cur: PipelineRecord, pipeline: Pipeline, fresh_start: bool) -> None:
         reason = None if fresh_start else upgrade.incompatibility(cur, self._checkpoint(cur), pipeline)
         if reason is not None:
             raise Conflict(reason)
