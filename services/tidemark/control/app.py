@@ -148,7 +148,7 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
         return _view(controller.get(name))
 
     @app.put("/v1/pipelines/{name}", response_model=PipelineCreated, dependencies=v1,
-             responses=_errors(401, 404, 409, 413, 422, 502, 503),
+             responses=_errors(400, 401, 404, 409, 413, 422, 502, 503),
              summary="Change the pipeline's SQL and options, keeping its state when the change allows it "
                      "(409 says why not; fresh_start drops it); a running job restarts with the new version")
     def update_pipeline(name: PipelineName, body: PipelineUpdate) -> dict:
