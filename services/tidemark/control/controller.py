@@ -92,6 +92,7 @@ class Controller:
         self._started_version: dict[str, int] = {}
         self._started_config: dict[str, tuple[str, dict[str, Any]]] = {}  # the SQL and options a job runs
         self._copy = RegistrySnapshot(settings.registry_copy) if settings.registry_copy else None
+        self._copy_lock = threading.Lock()  # API handlers and the supervisors' callbacks persist
         self._orphans_reported = False
         self._mutex = threading.RLock()
         self._stop = threading.Event()
@@ -131,7 +132,8 @@ class Controller:
     def _persist(self) -> None:
         """After every accepted change: the registry's pipelines into the kept copy."""
         if self._copy is not None:
-            self._copy.save(self.list())
+            with self._copy_lock:
+                self._copy.save(self.list())
 
     def _report_orphans(self) -> None:
         """Once, with the registry loaded: checkpoints of no registered pipeline, in one line.

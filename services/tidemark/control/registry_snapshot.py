@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 from tidemark.control.registry_log import PipelineRecord
@@ -21,7 +20,6 @@ class RegistrySnapshot:
     def __init__(self, path: Path):
         self.path = path
         self._saved: bytes | None = None
-        self._lock = threading.Lock()  # API handlers run in a thread pool
 
     def load(self) -> list[PipelineRecord]:
         """The pipelines of the last copy; none when there is no copy. A copy that cannot be
@@ -35,19 +33,20 @@ class RegistrySnapshot:
             raise ValueError(f"registry copy {self.path} is not readable ({exc}); move it away to start empty") from exc
 
     def save(self, records: list[PipelineRecord]) -> None:
-        """Replace the copy with ``records`` (skipped when nothing changed since the last save)."""
+        """Replace the copy with ``records`` (skipped when nothing changed since the last save).
+        Callers serialize their calls, reading ``records`` under the same lock, so that the
+        last copy written is of the newest registry."""
         data = json.dumps([json.loads(r.to_value()) for r in sorted(records, key=lambda r: r.name)],
                           indent=1, sort_keys=True).encode()
-        with self._lock:
-            if data == self._saved:
-                return
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            self._saved = data
+        if data == self._saved:
+            return
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self._saved = data
 
 
 def orphaned_checkpoints(root: Path, expected: set[str]) -> list[Path]:

@@ -34,7 +34,11 @@ def incompatibility(current: PipelineRecord, checkpoint: str, new: Pipeline) -> 
     """Why ``new`` cannot keep ``current``'s state (kept in ``checkpoint``), or None."""
     old = read_record(checkpoint)
     if old is None and current.ever_started:
-        old = fingerprint(planning.compile_pipeline(current.sql))
+        try:
+            old = fingerprint(planning.compile_pipeline(current.sql))
+        except planning.PlanRejected as exc:  # planned when registered; this version refuses it
+            return (f"pipeline '{current.name}': its registered SQL no longer plans ({exc}), so nothing tells "
+                    "whether its state fits the new plan; send \"fresh_start\": true to start over")
     try:
         check_compatible(old, fingerprint(new), f"pipeline '{current.name}'")
     except IncompatibleChange as exc:
