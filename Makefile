@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TIDEMARK_FLINK_PYTHON := $(abspath $(FLINK_VENV)/bin/python)
 
-.PHONY: install install-flink test conformance demo bench bench-quick clean
+.PHONY: install install-flink test docs-check conformance demo bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,10 +29,15 @@ install-flink: $(FLINK_STAMP)
 test: $(STAMP) $(FLINK_STAMP)
 	$(PY) -m pytest -m "not slow" tests
 
+# every runnable command block of README.md and docs/, the Spark-heavy ones too (make test
+# runs the fast ones); see tests/docs/test_runnable_blocks.py for the marker convention
+docs-check: $(STAMP)
+	$(PY) -m pytest tests/docs
+
 conformance: $(STAMP) $(FLINK_STAMP)
 	TIDEMARK_CONFORMANCE=full $(PY) -m pytest -m conformance tests/conformance
 
-# Tidemark and Flink 2.3 side by side (issue 7): sizes live in tests/bench/suite.py (FULL, QUICK)
+# Tidemark and Flink 2.3 side by side: workload sizes live in tests/bench/suite.py (FULL, QUICK)
 bench: $(STAMP) $(FLINK_STAMP)
 	$(PY) tests/bench/suite.py --out docs/benchmarks.md --json tests/bench/results.json
 

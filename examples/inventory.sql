@@ -1,4 +1,4 @@
--- The rollback example (seed: sink-upsert-materializer-on-conflict-proposal).
+-- The inventory rollback example (SUM(quantity) per product, keyed by product name).
 -- Products 1 and 2 are both "Football": two upsert keys (product_id) share one sink
 -- key (name). DO DEDUPLICATE keeps the latest active row and rolls back to the
 -- previous one when the latest is retracted.

@@ -1,4 +1,4 @@
--- The rollback example of the ON CONFLICT proposal, resolved with DO ERROR.
+-- The inventory rollback example, resolved with DO ERROR.
 -- Products 1 and 2 are both "Football": two upsert keys (product_id) share one sink
 -- key (name). DO ERROR fails the pipeline when a batch ends with two active rows
 -- for one name (exit status 3, naming the table and the key).

@@ -1,4 +1,4 @@
--- The rollback example of the ON CONFLICT proposal, resolved with DO NOTHING.
+-- The inventory rollback example, resolved with DO NOTHING.
 -- Products 1 and 2 are both "Football": two upsert keys (product_id) share one sink
 -- key (name). DO NOTHING keeps the first row for a name and drops (and counts) the
 -- others; no history is kept, so nothing is rolled back.

@@ -1,4 +1,4 @@
--- The changelog-disorder example (seed: changelog-disorder-and-sink-upsert-materializer).
+-- The s1/s2 join example: changelog disorder and the sink upsert materializer.
 -- s1.level is not s1's key, so the join on it drops the upsert key: the sink needs a
 -- materializer keyed by t1.id, and the pipeline must say how conflicts resolve.
 CREATE TABLE s1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED)

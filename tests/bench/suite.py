@@ -686,7 +686,7 @@ def render(results: dict[str, Any]) -> str:
                   f"in the sink topic (read_committed) - produce time: **p50 {lat['p50_s']:.2f} s, p99 "
                   f"{lat['p99_s']:.2f} s** (max {lat['max_s']:.2f} s); then a backlog of {lat['backlog']:,} rows "
                   f"drained at {lat['rows_per_s']:,.0f} rows/s in {lat['backlog_batches']} batch(es).", ""]
-    lines += ["### The issue's targets", "", "| workload | ratio | figure | target | measured | met |",
+    lines += ["### Targets", "", "| workload | ratio | figure | target | measured | met |",
               "|---|---|---|---|---:|---|"]
     for t in results["targets"]:
         met = target_text(t)

@@ -57,7 +57,7 @@ def test_quick_suite_runs_every_workload_with_equal_tables(tmp_path: Path) -> No
     assert text.startswith("# Benchmarks\n\n## Hand-written section\n\nkept as it is.\n")
     section = text[text.index("<!-- suite:begin -->"):text.index("<!-- suite:end -->")]
     assert all(f"### {n}" in section for n in workloads.NAMES)
-    assert "The issue's targets" in section
+    assert "### Targets" in section
     assert results["overlap"] and "are not measurements" in section  # a smoke run says what it is not
 
 

@@ -73,8 +73,15 @@ def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "con
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def register(svc: Service, name: str, sql: str = EXAMPLE_SQL, **options) -> httpx.Response:
-    return svc.client.post("/v1/pipelines", json={"name": name, "sql": sql, "options": options})
+def example_sql(name: str) -> str:
+    """The example with a sink topic of its own: two pipelines may not write one topic."""
+    return EXAMPLE_SQL.replace("'topic' = 't1'", f"'topic' = 't1-{name}'")
+
+
+def register(svc: Service, name: str, sql: str | None = None, **options) -> httpx.Response:
+    """Register ``sql``; by default the example, writing to a sink topic named after ``name``."""
+    body = {"name": name, "sql": example_sql(name) if sql is None else sql, "options": options}
+    return svc.client.post("/v1/pipelines", json=body)
 
 
 def job_intervals(log_path: Path) -> dict[str, list[tuple[float, float]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from control_support import EXAMPLE_SQL, TOKEN, register
+from control_support import EXAMPLE_SQL, TOKEN, example_sql, register
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def test_register_returns_the_plan_and_the_pipeline_is_listed(service):
     assert body["plan"]["materializer"]["strategy"] == "DEDUPLICATE"
     assert [p["name"] for p in service.client.get("/v1/pipelines").json()["pipelines"]] == ["join1"]
     got = service.client.get("/v1/pipelines/join1").json()
-    assert got["sql"] == EXAMPLE_SQL and got["options"]["restart"] is False
+    assert got["sql"] == example_sql("join1") and got["options"]["restart"] is False
     assert service.status("join1")["state"] == "registered"
 
 

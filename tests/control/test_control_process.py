@@ -52,3 +52,10 @@ def test_killed_service_comes_back_with_its_registry_and_running_pipeline(broker
     assert b.p.wait(timeout=60) in (0, -signal.SIGTERM)
     assert not alive(new["pid"])
     assert "Application shutdown complete" in log.read_text()
+
+
+def test_limit_flags_are_checked(broker):
+    r = subprocess.run([TIDEMARK, "control", "--bootstrap-servers", broker, "--port", str(free_port()),
+                        "--max-pipelines", "0"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "TIDEMARK_API_TOKEN": "t"})
+    assert r.returncode == 2 and "--max-pipelines" in r.stderr and "Traceback" not in r.stderr

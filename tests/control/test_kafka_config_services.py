@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import httpx
-from control_support import EXAMPLE_SQL, TIDEMARK, TOKEN, free_port, register, wait_for
+from control_support import TIDEMARK, TOKEN, example_sql, free_port, register, wait_for
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -31,7 +31,7 @@ def test_a_bad_file_stops_control_and_index_with_one_line_naming_it(tmp_path):
 
 
 def test_a_table_property_confluent_kafka_refuses_is_422_naming_the_table(service):
-    sql = EXAMPLE_SQL.replace("'format' = 'upsert-json'", "'format' = 'upsert-json', 'properties.compression.type' = 'zip'")
+    sql = example_sql("props").replace("'format' = 'upsert-json'", "'format' = 'upsert-json', 'properties.compression.type' = 'zip'")
     r = register(service, "bad-props", sql=sql)
     assert r.status_code == 422
     assert r.json()["detail"] == ("table 't1': 'properties.*' options: "
@@ -71,6 +71,6 @@ def test_the_jobs_get_the_control_services_file(make_service, tmp_path):
     svc = make_service(kafka_config=str(conf))
     assert register(svc, "with-conf").status_code == 201
     assert svc.client.post("/v1/pipelines/with-conf/start").status_code == 202
-    argv_file = svc.controller._pipeline_dir(svc.controller.get("with-conf")) / "argv.json"
+    argv_file = svc.controller.pipeline_dir(svc.controller.get("with-conf")) / "argv.json"
     argv = wait_for(lambda: argv_file.exists() and json.loads(argv_file.read_text()), what="the job's argv")
     assert argv[argv.index("--kafka-config") + 1] == str(conf)

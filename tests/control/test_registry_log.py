@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from tidemark.control.registry_log import LeaseRecord, PipelineRecord, RegistryState
 
+UID = "0123456789abcdef0123456789abcdef"
+
 
 def pipeline(version: int, desired: str = "stopped", rid: str = "", sql: str = "SQL", name: str = "p") -> bytes:
-    return PipelineRecord(name=name, sql=sql, options={}, desired=desired, version=version, uid="u",
+    return PipelineRecord(name=name, sql=sql, options={}, desired=desired, version=version, uid=UID,
                           request_id=rid or f"p{version}{desired}{sql}", created_at=0, updated_at=0).to_value()
 
 
@@ -76,3 +78,48 @@ def test_garbage_records_are_skipped_not_fatal():
     s.apply("q", pipeline(1, name="p"))  # a record under another name's key
     s.apply("q", pipeline(1, name="q"))
     assert s.skipped == 3 and list(s.pipelines) == ["q"]
+
+
+def test_records_that_break_the_apis_rules_are_skipped_with_their_reason():
+    """Only records the API could have written are applied: whatever else lands in the
+    topic (a sink pointed at it, a hand-written record) is skipped, and the rest loads."""
+    good = pipeline(1, name="ok")
+
+    def edited(**changes) -> bytes:
+        import json
+
+        return json.dumps({**json.loads(good), **changes}).encode()
+
+    planned: list[str] = []
+
+    def sql_check(sql: str) -> None:
+        planned.append(sql)
+        if sql == "NOT SQL":
+            raise ValueError("does not plan")
+
+    s = RegistryState(sql_check=sql_check)
+    bad = {
+        "uid": edited(uid="/../../../x"),
+        "name": edited(name="../x"),
+        "desired": edited(desired="now"),
+        "version": edited(version=True),
+        "options": edited(options={"max_records_per_trigger": True}),
+        "sql": edited(sql="NOT SQL"),
+    }
+    for field, value in bad.items():
+        assert field in (s.apply("ok", value) or ""), field
+    assert s.apply("../x", edited(name="../x")) is not None  # a key that names no pipeline
+    assert s.apply("lease/ok", LeaseRecord(owner="A", op="steal", ts=1, ttl=1).to_value()) is not None
+    assert s.skipped == 8 and not s.pipelines and not s.leases
+    assert s.apply("ok", good) is None  # the bad records did not block this one
+    assert list(s.pipelines) == ["ok"] and s.pipelines["ok"].uid == UID and planned[-1] == "SQL"
+
+
+def test_sql_bytes_follow_registrations_updates_and_deletes():
+    s = RegistryState()
+    s.apply("a", pipeline(1, name="a", sql="é" * 10))  # bytes, not characters
+    s.apply("b", pipeline(1, name="b", sql="x" * 5))
+    s.apply("a", pipeline(2, name="a", sql="y" * 3))
+    assert s.sql_bytes == 3 + 5
+    s.apply("b", None)
+    assert s.sql_bytes == 3

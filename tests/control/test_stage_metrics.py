@@ -36,7 +36,7 @@ def test_stage_metrics_are_exported_per_pipeline():
     p.apply_line(batch(0, {"join.delta_join.right.lookup_requests": 4, "join.delta_join.right.cache_size": 9}))
     sup = SimpleNamespace(progress=p, state="running", restarts=0)
     controller = SimpleNamespace(supervisors={"enrich": sup},
-                                 registry=SimpleNamespace(read=lambda f: [], loaded=True))
+                                 registry=SimpleNamespace(read=lambda f: [], loaded=True, rejected={}))
     registry = CollectorRegistry()
     registry.register(PipelineCollector(controller))
     samples = {(s.name, s.labels.get("counter")): s.value

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from control_support import EXAMPLE_SQL, register, wait_for
+from control_support import example_sql, register, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def test_started_pipeline_runs_reports_progress_and_stops(service):
     # the command line is an argv list; the SQL only travels in the file
     d = job_dir(service, "join1")
     argv = json.loads((d / "argv.json").read_text())
-    assert argv[0] == str(d / "join1.sql") and (d / "join1.sql").read_text() == EXAMPLE_SQL
+    assert argv[0] == str(d / "join1.sql") and (d / "join1.sql").read_text() == example_sql("join1")
     assert argv[1:3] == ["--bootstrap-servers", service.settings.bootstrap_servers]
     assert argv[3] == "--checkpoint" and argv[4].startswith(str(service.settings.state_dir / "checkpoints"))
 

@@ -183,7 +183,7 @@ def main() -> int:
         if table != expected:
             say(f"\nWRONG: expected every id to end at {EXPECTED_ROW}")
             return 1
-        say("\nall three orderings end at (id, 20, 'b1'), as the seed requires.")
+        say("\nall three orderings end at (id, 20, 'b1'), as a changelog-correct join must.")
         return 0
 
 

@@ -90,7 +90,7 @@ def run(
         str | None, typer.Option("--master", help="Spark master URL. Default: $TIDEMARK_SPARK_MASTER or local[*].")
     ] = None,
     until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Stop once everything in the source topics has been written to the sink.")
+        bool, typer.Option("--until-idle", metavar="", help="A flag (takes no value): stop once everything in the source topics has been written to the sink.")
     ] = False,
     max_records_per_trigger: Annotated[
         int | None, typer.Option("--max-records-per-trigger", min=1, help="Rate limit: at most N source records per micro-batch.")
@@ -107,7 +107,7 @@ def run(
     log_file: Annotated[
         Path | None, typer.Option("--log-file", help="Where Spark's own output goes. Default: CHECKPOINT/driver.log.")
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Leave Spark's output (WARN and above) on the terminal.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", metavar="", help="Leave Spark's output (WARN and above) on the terminal.")] = False,
     index_url: Annotated[
         str | None,
         typer.Option("--index-url", help="Index service for delta joins (registers the tables it needs). Default: an embedded one on loopback for the job's lifetime."),

@@ -3,7 +3,7 @@
 All ``/v1`` endpoints need the bearer token (``TIDEMARK_API_TOKEN``), compared in constant
 time; ``/healthz``, ``/readyz``, ``/metrics`` and ``/openapi.json`` do not. Handlers are
 plain ``def`` functions: FastAPI runs them in its thread pool, which is right for the
-blocking Kafka round trips behind them.
+blocking Kafka round trips behind them. Bodies are strict JSON (``json_body``).
 """
 
 from __future__ import annotations
@@ -13,26 +13,30 @@ import secrets
 from contextlib import asynccontextmanager
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Path, Request, Response
+from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from tidemark.control import planning
-from tidemark.control.controller import Conflict, Controller, NotFound
+from tidemark.control.controller import Conflict, Controller, LimitExceeded, NotFound
 from tidemark.control.indexes import IndexConflict, IndexRejected, IndexUnavailable
+from tidemark.control.json_body import StrictJsonRoute
 from tidemark.control.metrics import build_registry
 from tidemark.control.middleware import AccessLog, BodySizeLimit
 from tidemark.control.models import (
-    NAME_PATTERN, ErrorBody, ExplainRequest, Health, PipelineCreate, PipelineCreated, PipelineList, PipelineStatus,
-    PipelineView,
+    NAME_PATTERN, ErrorBody, ExplainRequest, Health, PageQuery, PipelineCreate, PipelineCreated, PipelineList,
+    PipelineStatus, PipelineView,
 )
 from tidemark.control.registry_kafka import RegistryUnavailable
 from tidemark.control.registry_log import PipelineRecord
 from tidemark.control.upgrade import PipelineUpdate
+from tidemark.control.topic_rules import TopicRuleViolation
+from tidemark.version import tidemark_version
 
 log = logging.getLogger("tidemark.control.app")
 
@@ -62,8 +66,9 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
             if manage_controller:
                 controller.close()
 
-    app = FastAPI(title="Tidemark control service", version="1", lifespan=lifespan,
+    app = FastAPIOffline(title="Tidemark control service", version="1", lifespan=lifespan,
                   description="Register, explain, run and watch changelog pipelines.")
+    app.router.route_class = StrictJsonRoute
     metrics_registry, request_histogram = build_registry(controller)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     app.add_middleware(AccessLog, histogram=request_histogram)
@@ -83,7 +88,6 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
             raise HTTPException(503, f"not ready: {reason}")
 
     v1 = [Depends(authorize), Depends(ready)]
-    common = _errors(401, 503)
 
     # -- errors: always JSON with a message, never a stack trace --------------------------
 
@@ -101,10 +105,16 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     async def _plan(_req: Request, exc: planning.PlanRejected) -> JSONResponse:
         return JSONResponse({"detail": str(exc), "kind": exc.kind}, status_code=422)
 
+    @app.exception_handler(TopicRuleViolation)
+    async def _topic(_req: Request, exc: TopicRuleViolation) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "kind": "TopicRuleViolation"}, status_code=422)
+
     # errors that are the caller's or a dependency's, never a 5xx with a stack trace; a
     # delta join's tables that could not be registered with the index service leave the
-    # pipeline unregistered (502: that service is unusable, unreachable or refuses our token)
-    statuses = {NotFound: 404, Conflict: 409, RegistryUnavailable: 503, IndexUnavailable: 502, IndexConflict: 409}
+    # pipeline unregistered (502: that service is unusable, unreachable or refuses our token);
+    # a registration past a limit is 409: the registry's state, not the request, is in the way
+    statuses = {NotFound: 404, Conflict: 409, LimitExceeded: 409, RegistryUnavailable: 503, IndexUnavailable: 502,
+                IndexConflict: 409}
 
     async def _by_status(_req: Request, exc: Exception) -> JSONResponse:
         status = next(statuses[t] for t in type(exc).__mro__ if t in statuses)  # subclasses too
@@ -125,7 +135,7 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     # -- pipelines --------------------------------------------------------------------------
 
     @app.post("/v1/pipelines", status_code=201, response_model=PipelineCreated, dependencies=v1,
-              responses=_errors(400, 401, 409, 413, 422, 502, 503), summary="Register a pipeline (not started)")
+              responses=_errors(400, 401, 409, 413, 415, 422, 502, 503), summary="Register a pipeline (not started)")
     def create_pipeline(body: PipelineCreate) -> dict:
         plan = planning.explain(body.sql)
         rec, binding = controller.create(body.name, body.sql, body.options.model_dump())
@@ -133,14 +143,17 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
                                                  "embedded": binding.embedded}
         return {**_view(rec), "plan": plan, "indexes": indexes}
 
-    @app.post("/v1/explain", dependencies=v1, responses=_errors(400, 401, 413, 422, 503),
+    @app.post("/v1/explain", dependencies=v1, responses=_errors(400, 401, 413, 415, 422, 503),
               summary="Plan SQL without registering it")
     def explain(body: ExplainRequest) -> dict:
         return planning.explain(body.sql)
 
-    @app.get("/v1/pipelines", response_model=PipelineList, dependencies=v1, responses=common)
-    def list_pipelines() -> dict:
-        return {"pipelines": [_view(r) for r in controller.list()]}
+    @app.get("/v1/pipelines", response_model=PipelineList, dependencies=v1, responses=_errors(401, 422, 503),
+             summary="Pipelines in name order, with their state, a page at a time")
+    def list_pipelines(query: Annotated[PageQuery, Query()]) -> dict:
+        page, next_token = controller.page(query.page_token, query.limit)
+        return {"pipelines": [{**_view(rec), "state": st["state"], "owner": st["owner"]} for rec, st in page],
+                "next_page_token": next_token}
 
     @app.get("/v1/pipelines/{name}", response_model=PipelineView, dependencies=v1,
              responses=_errors(401, 404, 422, 503))
@@ -148,7 +161,7 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
         return _view(controller.get(name))
 
     @app.put("/v1/pipelines/{name}", response_model=PipelineCreated, dependencies=v1,
-             responses=_errors(400, 401, 404, 409, 413, 422, 502, 503),
+             responses=_errors(400, 401, 404, 409, 413, 415, 422, 502, 503),
              summary="Change the pipeline's SQL and options, keeping its state when the change allows it "
                      "(409 says why not; fresh_start drops it); a running job restarts with the new version")
     def update_pipeline(name: PipelineName, body: PipelineUpdate) -> dict:
@@ -184,7 +197,7 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
 
     @app.get("/healthz", response_model=Health, summary="The process is alive")
     def healthz() -> dict:
-        return {"status": "ok", "service_id": controller.service_id}
+        return {"status": "ok", "service_id": controller.service_id, "version": tidemark_version()}
 
     @app.get("/readyz", response_model=Health, responses={503: {"model": Health}},
              summary="Broker reachable and registry loaded")

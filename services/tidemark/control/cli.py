@@ -68,11 +68,19 @@ def control(
         help="Index service for delta-join pipelines (token: $TIDEMARK_INDEX_TOKEN); "
              "default: start one on loopback when the first delta-join pipeline arrives")] = None,
     lease_ttl: Annotated[float, typer.Option(help="Seconds a pipeline lease lasts without renewal")] = 15.0,
-    insecure_dev: Annotated[bool, typer.Option("--insecure-dev", help="Run without a bearer token (dev only)")] = False,
+    max_pipelines: Annotated[int, typer.Option(min=1, help="Registrations past this many pipelines get 409")] = 500,
+    max_registry_sql_bytes: Annotated[int, typer.Option(
+        min=1, help="Registrations past this total of SQL bytes get 409")] = 64 * 1024 * 1024,
+    insecure_dev: Annotated[bool, typer.Option("--insecure-dev", metavar="", help="Run without a bearer token (dev only): TIDEMARK_API_TOKEN is then not needed")] = False,
     kafka_config: Annotated[Path | None, typer.Option(
         help="librdkafka settings (key=value lines, e.g. security.protocol=SASL_SSL) for every Kafka client (registry, admin, index service, and the jobs it starts)")] = None,
 ) -> None:
-    """Start the control service: REST API, pipeline registry, job supervision."""
+    """Start the control service: REST API, pipeline registry, job supervision.
+
+    Clients authenticate with a bearer token: export TIDEMARK_API_TOKEN=... before starting
+    (required unless --insecure-dev) and send "Authorization: Bearer $TIDEMARK_API_TOKEN".
+    /healthz, /readyz, /metrics, /docs and /openapi.json need no token.
+    """
     from tidemark.control.app import create_app
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings
@@ -104,6 +112,7 @@ def control(
         settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,
                                    registry_topic=registry_topic, service_id=service_id, spark_master=master,
                                    checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl, index_url=index_url,
+                                   max_pipelines=max_pipelines, max_registry_sql_bytes=max_registry_sql_bytes,
                                    registry_copy=registry_copy if embedded else None)
         try:
             controller = Controller(settings)

@@ -27,10 +27,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.control import planning, upgrade
+from tidemark.control import planning, topic_rules, upgrade
 from tidemark.control.indexes import IndexBinding, IndexRegistrar
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
-from tidemark.control.registry_log import LEASE_PREFIX, LeaseRecord, PipelineRecord
+from tidemark.control.registry_log import LEASE_PREFIX, Lease, LeaseRecord, PipelineRecord
+from tidemark.control.registry_signing import signing_key
 from tidemark.control.registry_snapshot import RegistrySnapshot, orphaned_checkpoints
 from tidemark.control.settings import ControlSettings
 from tidemark.control.status_channel import JobProgress
@@ -50,8 +51,16 @@ class Conflict(Exception):
     pass
 
 
+class LimitExceeded(Exception):
+    """A registration would pass one of the service's limits; the message names it."""
+
+
 class StateDirInUse(Exception):
     pass
+
+
+class UnsafePath(Exception):
+    """A path built from a registry record would leave the state dir (never created or deleted)."""
 
 
 def job_argv(base: list[str], sql_file: Path, bootstrap_servers: str, checkpoint: str,
@@ -81,8 +90,13 @@ class Controller:
             raise StateDirInUse(f"state dir {settings.state_dir} is used by another control service; "
                                 "give each service its own --state-dir") from exc
         self.service_id = settings.service_id or self._persistent_service_id()
-        self.registry = KafkaRegistry(settings.bootstrap_servers, settings.registry_topic,
-                                      lease_grace_s=settings.lease_grace_s)
+        key = signing_key(settings.registry_key, settings.api_token)
+        if key.insecure:
+            log.warning("registry records are signed with %s: anyone who can write the registry topic can "
+                        "forge them; set TIDEMARK_API_TOKEN or TIDEMARK_REGISTRY_KEY beyond local development",
+                        key.source)
+        self.registry = KafkaRegistry(settings.bootstrap_servers, settings.registry_topic, key,
+                                      lease_grace_s=settings.lease_grace_s, sql_check=planning.compile_pipeline)
         self.indexes = IndexRegistrar(settings.bootstrap_servers, settings.index_url, settings.index_token,
                                       settings.state_dir / "index")
         self.supervisors: dict[str, JobSupervisor] = {}
@@ -133,7 +147,10 @@ class Controller:
         """After every accepted change: the registry's pipelines into the kept copy."""
         if self._copy is not None:
             with self._copy_lock:
-                self._copy.save(self.list())
+                self._copy.save(self._records())
+
+    def _records(self) -> list[PipelineRecord]:
+        return self.registry.read(lambda s: list(s.pipelines.values()))
 
     def _report_orphans(self) -> None:
         """Once, with the registry loaded: checkpoints of no registered pipeline, in one line.
@@ -141,7 +158,7 @@ class Controller:
         self._orphans_reported = True
         if "://" in self._checkpoint_root():
             return
-        expected = {Path(self._checkpoint(rec)).name for rec in self.list()}
+        expected = {Path(self._checkpoint(rec)).name for rec in self._records()}
         orphans = orphaned_checkpoints(Path(self._checkpoint_root()), expected)
         if orphans:
             log.warning("%d checkpoint(s) belong to no registered pipeline (kept; delete them if unneeded): %s",
@@ -273,22 +290,37 @@ class Controller:
             log.info("pipeline %s: another service claimed it first", name)
         return won
 
-    def _pipeline_dir(self, rec: PipelineRecord) -> Path:
-        return self.settings.state_dir / "pipelines" / f"{rec.name}-{rec.uid[:12]}"
+    def pipeline_dir(self, rec: PipelineRecord) -> Path:
+        """The job's work dir, from the record's validated name and uid, and checked to be
+        inside the state dir all the same (``UnsafePath`` otherwise)."""
+        return self._inside_state_dir(self.settings.state_dir / "pipelines" / f"{rec.name}-{rec.uid[:12]}")
+
+    def _inside_state_dir(self, path: Path) -> Path:
+        root = self.settings.state_dir.resolve()
+        resolved = path.resolve()
+        if resolved == root or not resolved.is_relative_to(root):
+            raise UnsafePath(f"{path} is not inside the state dir {root}")
+        return path
+
+    def _checkpoint(self, rec: PipelineRecord) -> str:
+        leaf = f"{rec.name}-{rec.uid[:12]}"
+        if self.settings.checkpoint_root:  # the operator's (maybe remote) storage
+            return f"{self.settings.checkpoint_root.rstrip('/')}/{leaf}"
+        return str(self._inside_state_dir(self.settings.state_dir / "checkpoints" / leaf))
 
     def _checkpoint_root(self) -> str:
         return (self.settings.checkpoint_root or str(self.settings.state_dir / "checkpoints")).rstrip("/")
 
-    def _checkpoint(self, rec: PipelineRecord) -> str:
-        return f"{self._checkpoint_root()}/{rec.name}-{rec.uid[:12]}"
-
     def _start_local(self, rec: PipelineRecord) -> None:
         with self._mutex:
-            workdir = self._pipeline_dir(rec)
+            try:
+                workdir, checkpoint = self.pipeline_dir(rec), self._checkpoint(rec)
+            except UnsafePath as exc:  # records are validated on load; this is the backstop
+                log.error("pipeline %s: not started: %s", rec.name, exc)
+                return
             workdir.mkdir(parents=True, exist_ok=True)
             sql_file = workdir / f"{rec.name}.sql"  # the stem names the pipeline (its DLQ topic)
             sql_file.write_text(rec.sql)
-            checkpoint = self._checkpoint(rec)
             options = rec.options or {}
             argv = job_argv(self.settings.job_command, sql_file, self.settings.bootstrap_servers, checkpoint,
                             self.settings.spark_master, bool(options.get("until_idle")),
@@ -330,7 +362,10 @@ class Controller:
         self._started_config.pop(name, None)
         self._confirmed_until.pop(name, None)
         self._renewed_at.pop(name, None)
-        shutil.rmtree(sup.spec.workdir, ignore_errors=True)
+        try:
+            shutil.rmtree(self._inside_state_dir(sup.spec.workdir), ignore_errors=True)
+        except UnsafePath as exc:
+            log.error("pipeline %s: not deleting its files: %s", name, exc)
         if self.registry.read(lambda s: name not in s.pipelines):
             self.registry.write(LEASE_PREFIX + name, None)
 
@@ -346,9 +381,13 @@ class Controller:
     def create(self, name: str, sql: str, options: dict[str, Any]) -> tuple[PipelineRecord, IndexBinding | None]:
         """Register a pipeline. A delta join's tables are registered with the index service
         first: a pipeline whose indexes cannot be set up is not registered at all."""
-        if self.registry.read(lambda s: name in s.pipelines):
+        others, sql_bytes = self.registry.read(lambda s: (dict(s.pipelines), s.sql_bytes))
+        if name in others:
             raise Conflict(f"pipeline '{name}' already exists")
-        binding = self.indexes.ensure(name, planning.compile_pipeline(sql))
+        pipeline = planning.compile_pipeline(sql)
+        self._check_topics(name, pipeline, others)
+        self._check_limits(len(others) + 1, sql_bytes + len(sql.encode()))
+        binding = self.indexes.ensure(name, pipeline)
         now = time.time()
         rec = PipelineRecord(name=name, sql=sql, options=options, desired="stopped", version=1,
                              uid=uuid.uuid4().hex, request_id=self.registry.new_request_id(),
@@ -359,6 +398,22 @@ class Controller:
             raise Conflict(f"pipeline '{name}' already exists")
         self._persist()
         return rec, binding
+
+    def _check_topics(self, name: str, pipeline: Pipeline, others: dict[str, PipelineRecord]) -> None:
+        """The topic rules (``topic_rules``): the pipeline's own, then against ``others``
+        (every other registered pipeline; their plans come from the planning cache)."""
+        topic_rules.check_pipeline(pipeline, self.settings.registry_topic)
+        topic_rules.check_against_others(name, pipeline, {
+            other: planning.compile_pipeline(rec.sql) for other, rec in others.items()})
+
+    def _check_limits(self, pipelines: int, sql_bytes: int) -> None:
+        limits = self.settings
+        if pipelines > limits.max_pipelines:
+            raise LimitExceeded(f"this service holds at most {limits.max_pipelines} pipelines "
+                                "(--max-pipelines); delete one first")
+        if sql_bytes > limits.max_registry_sql_bytes:
+            raise LimitExceeded(f"the registered pipelines' SQL would exceed {limits.max_registry_sql_bytes} bytes "
+                                "(--max-registry-sql-bytes); delete one first")
 
     def set_desired(self, name: str, desired: str) -> PipelineRecord:
         """A start always writes a new version, even when already desired running: that is
@@ -380,8 +435,14 @@ class Controller:
         """Change a pipeline's SQL and options (``upgrade``). A change its state cannot serve is
         a Conflict unless ``fresh_start``, which gives it a new uid: a new checkpoint, read
         from the sources' start position. A running job restarts with the new version."""
+        others, sql_bytes = self.registry.read(lambda s: (dict(s.pipelines), s.sql_bytes))
+        cur = others.pop(name, None)
+        if cur is None:
+            raise NotFound(f"no pipeline named '{name}'")
         pipeline = planning.compile_pipeline(sql)
-        self._check_upgrade(self.get(name), pipeline, fresh_start)  # refused: nothing registered anywhere
+        self._check_topics(name, pipeline, others)
+        self._check_limits(len(others) + 1, sql_bytes - len(cur.sql.encode()) + len(sql.encode()))
+        self._check_upgrade(cur, pipeline, fresh_start)  # refused: nothing registered anywhere
         self.indexes.ensure(name, pipeline)
         for _ in range(5):
             cur = self.get(name)
@@ -430,13 +491,28 @@ class Controller:
             raise NotFound(f"no pipeline named '{name}'")
         return rec
 
-    def list(self) -> list[PipelineRecord]:
-        return self.registry.read(lambda s: sorted(s.pipelines.values(), key=lambda r: r.name))
+    def page(self, after: str | None, limit: int) -> tuple[list[tuple[PipelineRecord, dict[str, Any]]], str | None]:
+        """Up to ``limit`` pipelines named after ``after``, in name order, each with its
+        status; and the name to continue after (None on the last page)."""
+        now = time.time()
+
+        def view(s) -> tuple[list, bool]:
+            names = sorted(n for n in s.pipelines if after is None or n > after)
+            return ([(s.pipelines[n], s.lease_holder(n, now), s.leases.get(n)) for n in names[:limit]],
+                    len(names) > limit)
+
+        rows, more = self.registry.read(view)
+        page = [(rec, self._status(rec, holder, lease)) for rec, holder, lease in rows]
+        return page, (page[-1][0].name if more else None)
 
     def status(self, name: str) -> dict[str, Any]:
         rec = self.get(name)
         now = time.time()
         holder, lease = self.registry.read(lambda s: (s.lease_holder(name, now), s.leases.get(name)))
+        return self._status(rec, holder, lease)
+
+    def _status(self, rec: PipelineRecord, holder: str | None, lease: Lease | None) -> dict[str, Any]:
+        name = rec.name
         sup = self.supervisors.get(name)
         base = {"state": None, "error": None, "restarts": 0, "pid": None, **JobProgress().snapshot()}
         if sup is not None and (holder in (None, self.service_id) or not sup.alive):

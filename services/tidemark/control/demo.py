@@ -229,7 +229,7 @@ def _drive(control: ControlProcess, seed: Any, bootstrap: str, topics: dict[str,
     if table != expected:
         _say(f"\nWRONG: expected every id to end at {seed.EXPECTED_ROW}")
         return 1
-    _say("\nall three orderings end at (id, 20, 'b1'), as the seed requires.")
+    _say("\nall three orderings end at (id, 20, 'b1'), as a changelog-correct join must.")
     if delta_topics is None or index_url is None:
         return 0
     def status_of() -> dict[str, Any]:

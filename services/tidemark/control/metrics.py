@@ -83,6 +83,12 @@ class PipelineCollector(Collector):
         yield GaugeMetricFamily("tidemark_registry_pipelines", "Pipelines in the registry", value=len(records))
         yield GaugeMetricFamily("tidemark_registry_loaded", "1 once the registry topic has been read",
                                 value=1 if c.registry.loaded else 0)
+        skipped = CounterMetricFamily("tidemark_registry_records_skipped",
+                                      "Registry records not applied: missing or bad signature, or invalid",
+                                      labels=["reason"])
+        for reason, n in sorted(c.registry.rejected.items()):
+            skipped.add_metric([reason], n)
+        yield skipped
 
 
 def build_registry(controller: Controller) -> tuple[CollectorRegistry, Histogram]:

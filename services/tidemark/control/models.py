@@ -8,14 +8,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
 MAX_SQL_CHARS = 256 * 1024
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
 
 State = Literal["registered", "starting", "running", "failed", "stopped"]
 
 
 class PipelineOptions(BaseModel):
-    """How the job runs. Unknown options are rejected, so a typo is an error, not a no-op."""
+    """How the job runs. Unknown options are rejected, so a typo is an error, not a no-op;
+    types are strict, so ``true`` is no number and ``1`` no boolean."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     restart: bool = Field(False, description="Restart the job with exponential backoff when it dies")
     until_idle: bool = Field(False, description="Stop once every input is consumed (backfills, tests)")
@@ -39,6 +41,15 @@ class ExplainRequest(BaseModel):
     sql: str = Field(min_length=1, max_length=MAX_SQL_CHARS)
 
 
+class PageQuery(BaseModel):
+    """``GET /v1/pipelines``'s query; an unknown parameter is refused like an unknown field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(DEFAULT_PAGE, ge=1, le=MAX_PAGE, description="Pipelines per page")
+    page_token: str | None = Field(None, pattern=NAME_PATTERN, description="`next_page_token` of the previous page")
+
+
 class PipelineView(BaseModel):
     name: str
     sql: str
@@ -60,8 +71,16 @@ class PipelineCreated(PipelineView):
     indexes: IndexesView | None = Field(None, description="Where a delta join's tables were registered")
 
 
+class PipelineListItem(PipelineView):
+    state: State
+    owner: str | None = Field(None, description="Id of the control service that runs the job")
+
+
 class PipelineList(BaseModel):
-    pipelines: list[PipelineView]
+    pipelines: list[PipelineListItem]
+    next_page_token: str | None = Field(None, exclude_if=lambda v: v is None,
+                                        description="Pass as `page_token` for the next page; "
+                                                    "absent on the last page")
 
 
 class LagEntry(BaseModel):
@@ -101,3 +120,4 @@ class Health(BaseModel):
     status: str
     reason: str | None = None
     service_id: str | None = None
+    version: str | None = None

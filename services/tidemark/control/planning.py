@@ -1,8 +1,16 @@
-"""The one place the service asks the planner about SQL: the plan, or the planner's message."""
+"""The one place the service asks the planner about SQL: the plan, or the planner's message.
+
+Plans are cached by the SHA-256 of the SQL: a request plans its SQL once however many steps
+look at the plan, and a service loading a large registry (every record's SQL is checked)
+plans each distinct text once.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -11,7 +19,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemark.control.planning")
 
 
-class PlanRejected(Exception):
+CACHE_SIZE = 1024
+_cache: OrderedDict[bytes, Pipeline] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+class PlanRejected(ValueError):
     """The SQL does not plan; ``str()`` is the planner's own message, shown to the user."""
 
     def __init__(self, message: str, kind: str):
@@ -31,7 +44,22 @@ def explain(sql: str) -> dict[str, Any]:
 
 
 def compile_pipeline(sql: str) -> Pipeline:
-    """``compile_sql(sql)``, with every failure turned into ``PlanRejected``."""
+    """``compile_sql(sql)``, with every failure turned into ``PlanRejected``; the plan is
+    cached (a ``Pipeline`` is not modified after planning), failures are not."""
+    digest = hashlib.sha256(sql.encode()).digest()
+    with _cache_lock:
+        if digest in _cache:
+            _cache.move_to_end(digest)
+            return _cache[digest]
+    pipeline = _compile(sql)
+    with _cache_lock:
+        _cache[digest] = pipeline
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return pipeline
+
+
+def _compile(sql: str) -> Pipeline:
     from tidemark.engine.errors import TidemarkError
     from tidemark.engine.pipeline import compile_sql
     from tidemark.kafka.config import check_tables

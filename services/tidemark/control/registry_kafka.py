@@ -8,6 +8,10 @@ offsets: every service always replays the whole (compacted) topic.
 Writes are produced one record per request (``batch.num.messages=1``): Tansu reports the
 high watermark of a multi-record batch as its base offset + 1, which would make "read up
 to the high watermark" stop short.
+
+Every record written is signed (``registry_signing``); a record read back without a valid
+signature, or one the state machine finds invalid, is skipped, counted in ``rejected`` and
+logged once (each record is read once).
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tidemark.control import registry_signing
 from tidemark.control.registry_log import RegistryState
+from tidemark.control.registry_signing import SigningKey
 from tidemark.kafka.config import client_config
 
 log = logging.getLogger("tidemark.control.registry")
@@ -31,12 +38,14 @@ class RegistryUnavailable(Exception):
 
 
 class KafkaRegistry:
-    def __init__(self, bootstrap_servers: str, topic: str, *, lease_grace_s: float = 2.0,
-                 timeout_s: float = 10.0):
+    def __init__(self, bootstrap_servers: str, topic: str, key: SigningKey, *, lease_grace_s: float = 2.0,
+                 timeout_s: float = 10.0, sql_check: Callable[[str], object] | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.timeout_s = timeout_s
-        self.state = RegistryState(grace_s=lease_grace_s)
+        self._key = key
+        self.state = RegistryState(grace_s=lease_grace_s, sql_check=sql_check)
+        self.rejected = {"signature": 0, "invalid": 0}  # records skipped, by why
         self.loaded = False
         self.load_error: str | None = None
         self._applied = -1  # offset of the last applied record
@@ -118,12 +127,19 @@ class KafkaRegistry:
                 if msg.error():
                     log.warning("registry read: %s", msg.error())
                     continue
-                key = (msg.key() or b"").decode("utf-8", errors="replace")
+                raw_key = msg.key() or b""
+                key = raw_key.decode("utf-8", errors="replace")
+                signed = registry_signing.verified(self._key, raw_key, msg.value(), msg.headers())
                 with self._cond:
-                    self.state.apply(key, msg.value())
+                    why = self.state.apply(key, msg.value()) if signed else "missing or bad signature"
+                    if why is not None:
+                        self.rejected["invalid" if signed else "signature"] += 1
+                    else:  # a skipped record must not stop a repair (see Controller._repair)
+                        self._last_offset_by_key[key] = msg.offset()
                     self._applied = msg.offset()
-                    self._last_offset_by_key[key] = msg.offset()
                     self._cond.notify_all()
+                if why is not None:
+                    log.warning("registry record at offset %d (key %r) skipped: %s", msg.offset(), key[:80], why)
                 if not self.loaded and msg.offset() + 1 >= high:
                     self._mark_loaded()
         finally:
@@ -147,7 +163,8 @@ class KafkaRegistry:
             done.set()
 
         try:
-            self._producer.produce(self.topic, key=key.encode(), value=value, partition=0, on_delivery=delivered)
+            self._producer.produce(self.topic, key=key.encode(), value=value, partition=0, on_delivery=delivered,
+                                   headers=registry_signing.headers(self._key, key.encode(), value))
         except (KafkaException, BufferError) as exc:
             raise RegistryUnavailable(f"registry write failed: {exc}") from exc
         deadline = time.monotonic() + self.timeout_s

@@ -20,16 +20,56 @@ contain ``/``):
   by the same owner. Renewals carry the owner's latest job status so that any service can
   answer status questions for pipelines it does not run.
 
-Nothing here touches Kafka; ``registry_kafka`` feeds records in.
+Every record read back is validated before it is applied: strict types, a name and uid of
+the API's shapes (a uid is 32 hex digits: it becomes part of paths), a known desired state,
+options the API accepts, and -- through ``sql_check`` -- SQL that plans. A record that fails
+is skipped with its reason, never applied and never fatal.
+
+Nothing here touches Kafka; ``registry_kafka`` feeds records in (after checking signatures).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tidemark.control.models import MAX_SQL_CHARS, NAME_PATTERN, PipelineOptions
 
 LEASE_PREFIX = "lease/"
+UID_PATTERN = r"^[0-9a-f]{32}$"
+
+
+class _StoredPipeline(BaseModel):
+    """A pipeline record as it must look to be applied (``extra`` ignored: newer fields)."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+    name: str = Field(pattern=NAME_PATTERN)
+    sql: str = Field(min_length=1, max_length=MAX_SQL_CHARS)
+    options: PipelineOptions
+    desired: Literal["running", "stopped"]
+    version: int = Field(ge=1)
+    uid: str = Field(pattern=UID_PATTERN)
+    request_id: str = Field(max_length=128)
+    created_at: float
+    updated_at: float
+    ever_started: bool = False
+
+
+class _StoredLease(BaseModel):
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+    owner: str = Field(min_length=1, max_length=256)
+    op: Literal["claim", "renew", "release"]
+    ts: float
+    ttl: float = Field(gt=0)
+    status: dict[str, Any] = Field(default_factory=dict)
+    request_id: str = Field("", max_length=128)
 
 
 @dataclass(frozen=True)
@@ -67,19 +107,11 @@ class PipelineRecord:
 
     @staticmethod
     def from_value(value: bytes) -> "PipelineRecord":
-        d = json.loads(value)
-        return PipelineRecord(
-            name=str(d["name"]),
-            sql=str(d["sql"]),
-            options=dict(d.get("options") or {}),
-            desired=str(d.get("desired", "stopped")),
-            version=int(d["version"]),
-            uid=str(d["uid"]),
-            request_id=str(d.get("request_id", "")),
-            created_at=float(d.get("created_at", 0.0)),
-            updated_at=float(d.get("updated_at", 0.0)),
-            ever_started=bool(d.get("ever_started", False)),
-        )
+        """Raises ``ValueError`` (pydantic's ``ValidationError``) naming what is wrong."""
+        d = _StoredPipeline.model_validate_json(value)
+        return PipelineRecord(name=d.name, sql=d.sql, options=d.options.model_dump(), desired=d.desired,
+                              version=d.version, uid=d.uid, request_id=d.request_id, created_at=d.created_at,
+                              updated_at=d.updated_at, ever_started=d.ever_started)
 
 
 @dataclass(frozen=True)
@@ -102,11 +134,8 @@ class LeaseRecord:
 
     @staticmethod
     def from_value(value: bytes) -> "LeaseRecord":
-        d = json.loads(value)
-        return LeaseRecord(
-            owner=str(d["owner"]), op=str(d["op"]), ts=float(d["ts"]), ttl=float(d["ttl"]),
-            status=dict(d.get("status") or {}), request_id=str(d.get("request_id", "")),
-        )
+        d = _StoredLease.model_validate_json(value)
+        return LeaseRecord(owner=d.owner, op=d.op, ts=d.ts, ttl=d.ttl, status=d.status, request_id=d.request_id)
 
 
 @dataclass(frozen=True)
@@ -126,7 +155,8 @@ class RegistryState:
     """What every service agrees on after applying the same records in the same order.
 
     ``accepted`` remembers, per request id, whether that write won -- that is how a
-    writer learns the outcome of its own record when it reads it back.
+    writer learns the outcome of its own record when it reads it back. ``sql_check`` raises
+    ``ValueError`` for SQL that does not plan (the service passes the planner, cached).
     """
 
     grace_s: float = 2.0
@@ -134,34 +164,54 @@ class RegistryState:
     leases: dict[str, Lease] = field(default_factory=dict)
     accepted: dict[str, bool] = field(default_factory=dict)
     max_outcomes: int = 10_000
-    skipped: int = 0  # records that could not be decoded (logged by the caller)
+    skipped: int = 0  # records that failed validation (logged by the caller)
+    sql_check: Callable[[str], object] | None = None
+    sql_bytes: int = 0  # UTF-8 size of every registered pipeline's SQL
 
-    def apply(self, key: str, value: bytes | None) -> None:
-        """Apply one record. Undecodable records are counted and skipped, never fatal: one
-        bad record must not stop a service from loading the rest of the registry."""
+    def apply(self, key: str, value: bytes | None) -> str | None:
+        """Apply one record; returns why it was skipped, or None. A bad record is counted and
+        skipped, never fatal: it must not stop a service from loading the rest."""
         try:
+            name = key[len(LEASE_PREFIX):] if key.startswith(LEASE_PREFIX) else key
+            if not _NAME.match(name):
+                raise ValueError(f"key {key[:80]!r} does not name a pipeline")
             if key.startswith(LEASE_PREFIX):
-                self._apply_lease(key[len(LEASE_PREFIX):], value)
+                self._apply_lease(name, value)
             else:
-                self._apply_pipeline(key, value)
-        except (ValueError, KeyError, TypeError):
+                self._apply_pipeline(name, value)
+        except (ValueError, KeyError, TypeError) as err:
             self.skipped += 1
+            return _one_line(err)
+        return None
 
     def _apply_pipeline(self, name: str, value: bytes | None) -> None:
         if value is None:
-            self.pipelines.pop(name, None)
+            self._set_pipeline(name, None)
             return
         rec = PipelineRecord.from_value(value)
         if rec.name != name:
             raise ValueError(f"record for '{rec.name}' under key '{name}'")
+        if self.sql_check is not None:
+            try:
+                self.sql_check(rec.sql)
+            except ValueError as err:
+                raise ValueError(f"sql does not plan: {_one_line(err)}") from err
         cur = self.pipelines.get(name)
         ok = cur is None or rec.version == cur.version + 1
         if ok:
-            self.pipelines[name] = rec
+            self._set_pipeline(name, rec)
         if rec.request_id:
             # a repeated record of the current state (a repair write) is not a new outcome
             if rec.request_id not in self.accepted:
                 self._remember(rec.request_id, ok)
+
+    def _set_pipeline(self, name: str, rec: PipelineRecord | None) -> None:
+        old = self.pipelines.pop(name, None)
+        if old is not None:
+            self.sql_bytes -= len(old.sql.encode())
+        if rec is not None:
+            self.pipelines[name] = rec
+            self.sql_bytes += len(rec.sql.encode())
 
     def _apply_lease(self, name: str, value: bytes | None) -> None:
         if value is None:
@@ -193,3 +243,13 @@ class RegistryState:
         if lease is None or lease.released or now >= lease.expires_at:
             return None
         return lease.owner
+
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+def _one_line(err: Exception) -> str:
+    """A skip reason for the log: pydantic's errors without the echoed input, one line."""
+    if isinstance(err, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in err.errors())
+    return str(err).splitlines()[0][:300] if str(err) else type(err).__name__

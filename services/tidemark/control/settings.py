@@ -44,7 +44,11 @@ class ControlSettings:
     lease_ttl_s: float = 15.0
     lease_grace_s: float = 2.0
     reconcile_interval_s: float = 0.5
+    # signs registry records; default: derived from api_token (see registry_signing)
+    registry_key: str | None = field(default_factory=lambda: os.environ.get("TIDEMARK_REGISTRY_KEY") or None)
     max_body_bytes: int = 1024 * 1024
+    max_pipelines: int = 500
+    max_registry_sql_bytes: int = 64 * 1024 * 1024
     job_stop_timeout_s: float = 20.0
     restart_backoff_base_s: float = 1.0
     #: ``--kafka-config``: librdkafka settings of every client, passed on to the jobs

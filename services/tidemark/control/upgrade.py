@@ -21,7 +21,7 @@ from tidemark.engine.pipeline import Pipeline
 
 
 class PipelineUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     sql: str = Field(min_length=1, max_length=MAX_SQL_CHARS, description="The new CREATE TABLE ...; INSERT INTO ...")
     options: PipelineOptions = Field(default_factory=PipelineOptions, description="Replace the job options")

@@ -29,6 +29,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field
@@ -41,6 +42,7 @@ from tidemark.engine.sql import _table_def, parse_statements
 from tidemark.engine.types import coerce_value, to_json_value
 from tidemark.index_client.store import PRIMARY, AsOfUnavailable
 from tidemark.index.feed import TableFeed
+from tidemark.version import tidemark_version
 
 MAX_KEYS = 10_000
 
@@ -137,7 +139,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
         finally:
             service.close()
 
-    app = FastAPI(title="Tidemark index service", version="1", lifespan=lifespan,
+    app = FastAPIOffline(title="Tidemark index service", version="1", lifespan=lifespan,
                   description="Delta-join lookup index over source topics.")
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     registry = CollectorRegistry()
@@ -182,7 +184,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
 
     @app.get("/healthz")
     def healthz() -> dict:
-        return {"status": "ok"}
+        return {"status": "ok", "version": tidemark_version()}
 
     @app.get("/readyz")
     def readyz(response: Response) -> dict:
