@@ -153,3 +153,61 @@ def test_the_shipped_bad_example_reports_every_bad_line_as_documented():
         "examples/bad_s1.jsonl:4: missing primary key column 'id'",
         "examples/bad_s1.jsonl:5: malformed JSON: Expecting ',' delimiter (column 55)",
     ]
+
+
+# bounded reading: limits on line length and nesting, short quotes, the line of every error
+
+
+def write_s1_bytes(work: Path, data: bytes) -> None:
+    (work / "s1.jsonl").write_bytes(data)
+
+
+def run_s1_bytes(work: Path, data: bytes, *flags: str):
+    write_s1_bytes(work, data)
+    return cli(Path("s1_s2_join.sql"), {"s1": Path("s1.jsonl"), "s2": Path("s2.jsonl")}, *flags, cwd=work)
+
+
+def test_a_deeply_nested_line_is_an_error_line_not_a_recursion_error(work):
+    result = run_s1_bytes(work, GOOD_S1.encode() + b"[" * 100_000 + b"\n")
+    assert_one_error_line(result, "s1.jsonl:2: JSON nested deeper than 64 levels")
+
+
+def test_nesting_within_json_but_over_the_limit_is_refused_too(work):
+    nested = '{"kind": "+I", "row": {"id": 2, "level": ' + "[" * 70 + "]" * 70 + "}}\n"
+    result = run_s1(work, GOOD_S1 + nested, subprocess=False)
+    assert_one_error_line(result, "s1.jsonl:2: JSON nested deeper than 64 levels")
+
+
+def test_a_line_over_the_default_limit_without_any_newline_is_an_error_not_a_memory_error(work):
+    result = run_s1_bytes(work, b'{"kind": "+I", "row": {"id": 1, "level": "' + b"9" * (17 * 1024 * 1024))
+    line = assert_one_error_line(result, "s1.jsonl:1: line longer than 16777216 bytes")
+    assert "--max-line-bytes" in line
+
+
+def test_max_line_bytes_sets_the_limit_and_the_lines_after_a_long_one_are_still_read(work):
+    long_line = '{"kind": "+I", "row": {"id": 7, "level": ' + "1" * 200 + "}}\n"
+    result = run_s1_bytes(work, (GOOD_S1 + long_line + "oops\n").encode(), "--max-line-bytes", "100")
+    assert result.status == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        "s1.jsonl:2: line longer than 100 bytes (raise the limit with --max-line-bytes)",
+        "s1.jsonl:3: malformed JSON: Expecting value (column 1)",
+    ]
+
+
+def test_a_huge_bad_value_is_quoted_by_a_short_prefix_only(work):
+    huge = "x" * 5_000_000
+    bad = '{"kind": "+I", "row": {"id": 2, "level": "' + huge + '", "' + huge + '": 1}}\n'
+    result = run_s1(work, GOOD_S1 + bad, subprocess=False)
+    line = assert_one_error_line(result, "s1.jsonl:2: ")
+    assert len(line) < 400, len(line)
+    assert "'xxxxxxxx" in line and "..." in line
+
+
+def test_invalid_utf8_names_the_line_and_the_byte(work):
+    result = run_s1_bytes(work, GOOD_S1.encode() + b'{"kind": "+I", "row": {"id": 2, "level": "\xff"}}\n')
+    assert_one_error_line(result, "s1.jsonl:2: not UTF-8 text: byte 0xff at byte 43 of the line")
+
+
+def test_crlf_line_ends_are_read_as_line_ends(work):
+    result = run_s1_bytes(work, GOOD_S1.replace("\n", "\r\n").encode())
+    assert result.status == 0, result.stderr

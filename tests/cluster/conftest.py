@@ -1,9 +1,7 @@
 """A Spark standalone cluster (master + one worker from the pyspark distribution, on
 loopback) shared by the cluster tests of a module, and a broker for their pipelines.
 
-The broker: ``$KAFKA_BOOTSTRAP_SERVERS`` when set, else an embedded one for this module
-only. (The session's broker fixture lives in ``tests/integration/conftest.py``, which this
-directory cannot see; if it moves to ``tests/conftest.py`` this fixture should use it.)"""
+The broker is the session's (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tidemark.kafka.broker import configured_bootstrap, embedded_broker
 from tidemark.spark.cluster import LocalStandaloneCluster
 
 
@@ -39,10 +36,6 @@ def standalone_cluster() -> Iterator[LocalStandaloneCluster]:
 
 
 @pytest.fixture(scope="module")
-def cluster_kafka() -> Iterator[str]:
-    explicit = configured_bootstrap()
-    if explicit:
-        yield explicit
-        return
-    with embedded_broker() as bootstrap:
-        yield bootstrap
+def cluster_kafka(kafka_bootstrap: str) -> str:
+    """The session's broker (tests/conftest.py)."""
+    return kafka_bootstrap

@@ -181,7 +181,7 @@ def test_control_registers_delta_joins_with_the_index_service(compose):
         f"http://{services['index']['hostname']}:{index[index.index('--port') + 1]}")
     assert index[index.index("--bootstrap-servers") + 1] == control[control.index("--bootstrap-servers") + 1]
     # the token the control service (and its jobs) send is the one the index service checks
-    assert services["control"]["environment"][INDEX_TOKEN_ENV] == services["index"]["environment"]["TIDEMARK_API_TOKEN"]
+    assert services["control"]["environment"][INDEX_TOKEN_ENV] == services["index"]["environment"][INDEX_TOKEN_ENV]
     # pipelines are only registered once the index service answers
     assert services["control"]["depends_on"]["index"] == {"condition": "service_healthy"}
 

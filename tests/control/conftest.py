@@ -7,7 +7,6 @@ the stand-in ``fake_job.py`` (same argv and status channel as ``tidemark run``).
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,11 +18,9 @@ from tidemark.control.settings import ControlSettings
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[str]:
-    from tidemark.kafka.broker import embedded_broker
-
-    with embedded_broker(os.environ.get("TIDEMARK_EMBEDDED_BROKER", "tansu")) as servers:
-        yield servers
+def broker(kafka_bootstrap: str) -> str:
+    """The session's broker (tests/conftest.py)."""
+    return kafka_bootstrap
 
 
 @pytest.fixture

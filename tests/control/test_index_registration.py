@@ -8,8 +8,6 @@ token only in the environment) and stopped with the control service."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -18,13 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from control_support import FAKE_JOB, TIDEMARK, alive, free_port, register, wait_for
+from control_support import FAKE_JOB, alive, free_port, register, wait_for
 
+from tests.index.index_support import PROCESS_TOKEN as INDEX_TOKEN
+from tests.index.index_support import IndexProcess
 from tidemark.kafka.admin import ensure_topics
 
 pytestmark = pytest.mark.integration
-
-INDEX_TOKEN = "index-token-" + uuid.uuid4().hex
 
 DELTA_SQL = """
 SET 'table.optimizer.delta-join.strategy' = 'FORCE';
@@ -47,35 +45,11 @@ def delta_sql(broker: str, consistency: str = "eventual", orders: str = "orders"
     return DELTA_SQL.format(consistency=consistency, orders=orders, customers=customers, run=run)
 
 
-class IndexProc:
-    """A real ``tidemark index`` process with a token."""
-
-    def __init__(self, broker: str, log: Path):
-        self.url = f"http://127.0.0.1:{free_port()}"
-        env = {**os.environ, "TIDEMARK_API_TOKEN": INDEX_TOKEN}
-        with open(log, "ab") as out:
-            self.p = subprocess.Popen([TIDEMARK, "index", "--port", self.url.rsplit(":", 1)[1],
-                                       "--bootstrap-servers", broker], stdout=out, stderr=out, env=env)
-        wait_for(self._healthy, timeout=60, what="tidemark index healthy")
-
-    def _healthy(self) -> bool:
-        assert self.p.poll() is None, "tidemark index exited"
-        try:
-            return httpx.get(self.url + "/healthz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+class IndexProc(IndexProcess):
+    """A real ``tidemark index`` process with the token ``INDEX_TOKEN``."""
 
     def tables(self) -> dict[str, dict]:
-        return {t["table"]: t for t in httpx.get(self.url + "/v1/tables", timeout=10).json()["tables"]}
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        return {t["table"]: t for t in self.client.get("/v1/tables").json()["tables"]}
 
 
 @pytest.fixture
@@ -194,10 +168,17 @@ def test_embedded_index_service_is_started_once_reused_and_stopped(make_service,
     assert url.startswith("http://127.0.0.1:")
     embedded = svc.controller.indexes.embedded
     assert embedded.starts == 1
-    tables = {t["table"] for t in httpx.get(url + "/v1/tables").json()["tables"]}
+    tables = {t["table"] for t in httpx.get(url + "/v1/tables", headers={"Authorization": f"Bearer {embedded.token}"}).json()["tables"]}
     assert tables == {"orders", "customers", "o2", "c2"}
-    # its mutating endpoints need its own token, which only the control service and its jobs know
+    # every /v1 endpoint needs its own token, which only the control service and its jobs know
     assert httpx.post(url + "/v1/tables", json={"ddl": "x"}).status_code == 401
+    assert httpx.get(url + "/v1/tables").status_code == 401
+    assert httpx.post(url + "/v1/lookup", json={"table": "orders", "keys": [[1]]}).status_code == 401
+    # ... which it reads from TIDEMARK_INDEX_TOKEN in its environment, never from its command line
+    environ = Path(f"/proc/{embedded.pid}/environ").read_bytes().split(b"\0")
+    assert f"TIDEMARK_INDEX_TOKEN={embedded.token}".encode() in environ
+    assert not any(e.startswith(b"TIDEMARK_API_TOKEN=") for e in environ)  # not the control service's token
+    assert embedded.token.encode() not in Path(f"/proc/{embedded.pid}/cmdline").read_bytes()
 
     svc.client.post("/v1/pipelines/enrich-one/start")
     wait_for(lambda: svc.status("enrich-one")["state"] == "running", what="running")

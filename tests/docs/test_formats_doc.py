@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,11 +36,9 @@ def examples() -> list[tuple[str, str, list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def broker() -> Iterator[str]:
-    from tidemark.kafka.broker import embedded_broker
-
-    with embedded_broker() as bootstrap:
-        yield bootstrap
+def broker(kafka_bootstrap: str) -> str:
+    """The session's broker (tests/conftest.py)."""
+    return kafka_bootstrap
 
 
 @pytest.mark.parametrize(("fmt", "code", "expected"), examples(), ids=[e[0] for e in examples()])

@@ -18,7 +18,6 @@ import httpx
 import pytest
 import uvicorn
 
-from tests.integration.conftest import kafka_bootstrap  # noqa: F401  (the session's broker)
 from tidemark.control.app import create_app as control_app
 from tidemark.control.controller import Controller
 from tidemark.control.settings import ControlSettings

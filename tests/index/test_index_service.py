@@ -6,45 +6,28 @@ bad requests."""
 
 from __future__ import annotations
 
-import json
 import threading
+import uuid
 
 import pytest
-from confluent_kafka import Producer
 from fastapi.testclient import TestClient
+from index_support import ddl, produce, upsert
 
-from tests.integration.conftest import kafka_bootstrap, make_topic  # noqa: F401  (shared broker fixtures)
 from tidemark.index.app import IndexService, create_app
 from tidemark.index.feed import TableFeed
+from tidemark.kafka.admin import ensure_topics
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def ddl(name: str, topic: str, fmt: str = "upsert-json") -> str:
-    return (f"CREATE TABLE {name} (id BIGINT, k BIGINT, v STRING, PRIMARY KEY (id) NOT ENFORCED) "
-            f"WITH ('topic' = '{topic}', 'format' = '{fmt}', 'index.by_k.columns' = 'k')")
-
-
-def produce(bootstrap: str, topic: str, records: list[tuple[dict | None, dict | None]]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for key, value in records:
-        p.produce(topic, key=json.dumps(key).encode() if key is not None else None,
-                  value=json.dumps(value).encode() if value is not None else None)
-    assert p.flush(30) == 0
-
-
-def upsert(i: int, k: int, v: str) -> tuple[dict, dict]:
-    return {"id": i}, {"id": i, "k": k, "v": v}
-
-
 @pytest.fixture
 def serve(kafka_bootstrap: str):  # noqa: F811
     clients = []
 
-    def start(feed_factory=TableFeed, max_wait_ms: int = 30_000) -> TestClient:
-        service = IndexService(kafka_bootstrap, max_wait_ms=max_wait_ms, feed_factory=feed_factory)
+    def start(feed_factory=TableFeed, max_wait_ms: int = 30_000, **kw) -> TestClient:
+        service = IndexService(kafka_bootstrap, max_wait_ms=max_wait_ms, feed_factory=feed_factory, **kw)
         client = TestClient(create_app(service, TOKEN))
         client.__enter__()
         clients.append(client)
@@ -70,7 +53,7 @@ def wait_ready(client: TestClient) -> dict:
 
 
 def lookup(client: TestClient, table: str, keys: list, index: str = "PRIMARY", **kw) -> dict:
-    r = client.post("/v1/lookup", json={"table": table, "index": index, "keys": keys, **kw})
+    r = client.post("/v1/lookup", json={"table": table, "index": index, "keys": keys, **kw}, headers=AUTH)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -87,7 +70,7 @@ def test_present_absent_and_deleted_keys(serve, kafka_bootstrap: str, make_topic
     by_k = lookup(client, "t", [[10], [20], [30]], index="by_k")["rows"]
     assert by_k == [[[1, 10, "a"]], [[2, 20, "b2"]], []]  # 2 moved to 20, 3 deleted
     assert sum(got["applied_offsets"].values()) == 5
-    table = client.get("/v1/tables/t").json()
+    table = client.get("/v1/tables/t", headers=AUTH).json()
     assert table["rows"] == 2 and table["ready"] is True
 
 
@@ -112,7 +95,7 @@ def test_offsets_fence_waits_then_answers_or_times_out(serve, kafka_bootstrap: s
     client = serve(max_wait_ms=60_000)
     register(client, "f", topic)
     wait_ready(client)
-    r = client.post("/v1/lookup", json={"table": "f", "keys": [[2]], "min_offsets": {"0": 2}, "timeout_ms": 200})
+    r = client.post("/v1/lookup", json={"table": "f", "keys": [[2]], "min_offsets": {"0": 2}, "timeout_ms": 200}, headers=AUTH)
     assert r.status_code == 503
     assert "table 'f': offsets {0: 2} not applied within 200 ms (applied: {0: 1})" in r.json()["detail"]
 
@@ -136,7 +119,7 @@ def test_as_of_lookups_and_release(serve, kafka_bootstrap: str, make_topic) -> N
     assert lookup(client, "h", [[2]], index="by_k", as_of={"0": 2})["rows"] == [[[1, 2, "v1"]]]
     r = client.post("/v1/tables/h/release", json={"offsets": {"0": 3}}, headers=AUTH)
     assert r.status_code == 200 and r.json()["dropped_versions"] == 3  # v0, v1 and the tombstone
-    too_old = client.post("/v1/lookup", json={"table": "h", "keys": [[1]], "as_of": {"0": 2}})
+    too_old = client.post("/v1/lookup", json={"table": "h", "keys": [[1]], "as_of": {"0": 2}}, headers=AUTH)
     assert too_old.status_code == 409
     assert "as_of offset 2 of partition 0 is below the released history (kept from offset 3)" in too_old.json()["detail"]
     assert lookup(client, "h", [[1]], as_of={"0": 3})["rows"] == [[]]
@@ -165,7 +148,7 @@ def test_not_ready_until_the_initial_load_caught_up(serve, kafka_bootstrap: str,
     assert client.get("/healthz").status_code == 200
     GatedFeed.gate.set()
     assert wait_ready(client) == {"status": "ready", "tables": ["r"]}
-    assert client.get("/v1/tables/r").json()["rows"] == 50
+    assert client.get("/v1/tables/r", headers=AUTH).json()["rows"] == 50
 
 
 def test_restart_rebuilds_from_the_topic(serve, kafka_bootstrap: str, make_topic) -> None:  # noqa: F811
@@ -204,8 +187,74 @@ def test_bad_requests_are_4xx_with_a_message(serve, kafka_bootstrap: str, make_t
         ({"table": "b", "keys": [[1]], "timeout_ms": -1}, 400, "timeout_ms"),
     ]
     for body, status, message in cases:
-        r = client.post("/v1/lookup", json=body)
+        r = client.post("/v1/lookup", json=body, headers=AUTH)
         assert r.status_code == status, (body, r.text)
         assert message in r.json()["detail"], (body, r.json())
     huge = client.post("/v1/lookup", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})
     assert huge.status_code == 413
+
+
+def test_a_table_whose_topic_did_not_exist_loads_once_created_and_registered_again(
+        serve, kafka_bootstrap: str) -> None:  # noqa: F811
+    topic = f"not-yet-{uuid.uuid4().hex[:8]}"  # no such topic (yet)
+    client = serve()
+    register(client, "late", topic)
+    r = wait_for_status(client, lambda r: "does not exist" in str(r.json().get("failed", {})))
+    assert r.status_code == 503 and f"topic '{topic}' does not exist" in r.json()["failed"]["late"]
+    fenced = client.post("/v1/lookup", json={"table": "late", "keys": [[1]], "min_offsets": {"0": 1}}, headers=AUTH)
+    assert fenced.status_code == 503 and "does not exist" in fenced.json()["detail"]  # at once, saying why
+    ensure_topics(kafka_bootstrap, {topic: 1})
+    produce(kafka_bootstrap, topic, [upsert(1, 7, "x")])
+    register(client, "late", topic)  # 201, as before; now it loads
+    assert wait_ready(client) == {"status": "ready", "tables": ["late"]}
+    assert lookup(client, "late", [[1]])["rows"] == [[[1, 7, "x"]]]
+    assert client.get("/v1/tables/late", headers=AUTH).json()["error"] is None
+
+
+@pytest.mark.parametrize("backoff_s, register_again", [((0.1, 0.2), False), ((300.0, 300.0), True)],
+                         ids=["retried-by-itself", "registering-again-cuts-the-backoff"])
+def test_a_missing_topic_is_retried_with_backoff(serve, kafka_bootstrap: str,  # noqa: F811
+                                                  backoff_s, register_again) -> None:
+    topic = f"not-yet-{uuid.uuid4().hex[:8]}"  # no such topic (yet)
+    client = serve(load_backoff_s=backoff_s)
+    register(client, "late", topic)
+    wait_for_status(client, lambda r: "retrying in" in str(r.json().get("failed", {})))
+    ensure_topics(kafka_bootstrap, {topic: 2})
+    if register_again:
+        register(client, "late", topic)
+    assert wait_ready(client) == {"status": "ready", "tables": ["late"]}
+
+
+class FailsOnceFeed(TableFeed):
+    """The first feed of a table stops on an error while loading (a decoder bug, say)."""
+
+    failures = 0
+
+    def _apply(self, msgs):
+        if FailsOnceFeed.failures == 0:
+            FailsOnceFeed.failures += 1
+            raise RuntimeError("boom while loading")
+        super()._apply(msgs)
+
+
+def test_a_table_that_failed_while_loading_is_loaded_again_when_registered_again(
+        serve, kafka_bootstrap: str, make_topic) -> None:  # noqa: F811
+    topic = make_topic("f")
+    produce(kafka_bootstrap, topic, [upsert(1, 1, "a")])
+    FailsOnceFeed.failures = 0
+    client = serve(feed_factory=FailsOnceFeed)
+    register(client, "f", topic)
+    r = wait_for_status(client, lambda r: r.json().get("failed"))
+    assert r.json()["failed"] == {"f": "RuntimeError: boom while loading"}
+    register(client, "f", topic)
+    assert wait_ready(client) == {"status": "ready", "tables": ["f"]}
+    assert lookup(client, "f", [[1]])["rows"] == [[[1, 1, "a"]]]
+
+
+def wait_for_status(client: TestClient, cond, timeout_s: float = 30.0):
+    for _ in range(int(timeout_s / 0.05)):
+        r = client.get("/readyz")
+        if cond(r):
+            return r
+        threading.Event().wait(0.05)
+    raise AssertionError(f"/readyz never matched: {r.text}")

@@ -143,7 +143,8 @@ def test_delta_join_keeps_no_join_state_while_the_regular_join_grows(spark, kafk
         # every committed batch released its fences: the history horizon is the last end
         last = max(jobs[0].reports, key=lambda r: r.batch_id)
         for name, table in delta.sources.items():
-            described = httpx.get(f"{service.url}/v1/tables/{name}").json()
+            described = httpx.get(f"{service.url}/v1/tables/{name}",
+                                  headers={"Authorization": f"Bearer {service.token}"}).json()
             want = {p: o for p, o in last.end_offsets[topic_of(table)].items() if o > 0}  # 0 releases nothing
             assert described["released_offsets"] == want, name
     finally:

@@ -89,3 +89,16 @@ def test_cli_explain_unreadable_file(tmp_path):
     result = runner.invoke(app, ["explain", str(tmp_path / "missing.sql")])
     assert result.exit_code == 2
     assert "cannot read" in result.stderr
+
+
+def test_explain_shows_distinct_in_a_distinct_aggregate():
+    """COUNT(DISTINCT product) counts distinct values: explain must not show COUNT(product)."""
+    p = compile_sql(
+        "CREATE TABLE orders (customer BIGINT, product STRING) WITH ('topic' = 'o', 'format' = 'json');\n"
+        "CREATE TABLE counts (customer BIGINT, products BIGINT, n BIGINT, PRIMARY KEY (customer) NOT ENFORCED)"
+        " WITH ('topic' = 'c', 'format' = 'upsert-json');\n"
+        "INSERT INTO counts SELECT customer, COUNT(DISTINCT product), COUNT(product) FROM orders GROUP BY customer"
+    )
+    agg = next(s for s in p.explain()["stages"] if s["kind"] == "aggregate")
+    assert agg["detail"]["aggregates"] == ["COUNT(DISTINCT product)", "COUNT(product)"]
+    assert "aggregates: COUNT(DISTINCT product), COUNT(product)" in p.explain_text()

@@ -104,7 +104,7 @@ def test_unknown_options_under_merge_prefixes_are_refused():
 
 
 def test_connector_and_format_options_are_not_mistaken_for_merge_options():
-    sql = pipeline_sql("'properties.bootstrap.servers' = 'x:9092', 'json.fail-on-missing-field' = 'true'",
+    sql = pipeline_sql("'properties.client.id' = 'x', 'json.fail-on-missing-field' = 'true'",
                        tail=" ON CONFLICT DO DEDUPLICATE")
     p = compile_sql(sql)
     assert p.merge_engine is None and p.materializer is not None

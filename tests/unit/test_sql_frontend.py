@@ -27,11 +27,11 @@ def test_create_table_columns_pk_and_options():
     assert t.changelog_mode == "retract"
 
 
-def test_types_inline_primary_key_and_watermark():
+def test_types_and_inline_primary_key():
     sql = (
         "CREATE TABLE e (name VARCHAR(255) PRIMARY KEY NOT ENFORCED, n INTEGER NOT NULL, s SMALLINT, t TINYINT,\n"
-        " price DECIMAL(10, 2), f FLOAT, d DOUBLE, b BOOLEAN, day DATE, ts TIMESTAMP(3), txt STRING, c CHAR(3),\n"
-        " WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH ('format' = 'upsert-json');\n" + INS.replace("s1", "e", 1)
+        " price DECIMAL(10, 2), f FLOAT, d DOUBLE, b BOOLEAN, day DATE, ts TIMESTAMP(3), txt STRING, c CHAR(3))\n"
+        " WITH ('format' = 'upsert-json');\n" + INS.replace("s1", "e", 1)
     )
     t = parse_script(S1 + sql).tables["e"]
     assert [str(c.type) for c in t.columns] == [
@@ -39,7 +39,6 @@ def test_types_inline_primary_key_and_watermark():
         "TIMESTAMP(3)", "STRING", "CHAR(3)",
     ]  # fmt: skip
     assert t.primary_key == ("name",)
-    assert t.watermark == ("ts", "ts - INTERVAL '5' SECOND")
     assert t.changelog_mode == "upsert"
 
 

@@ -23,7 +23,7 @@ import typer
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import InputError, TidemarkError
-from tidemark.engine.records import InputSpec, batch_by_table, batches, read_inputs
+from tidemark.engine.records import MAX_LINE_BYTES, InputSpec, batch_by_table, batches, read_inputs
 from tidemark.engine.types import to_json_value
 
 
@@ -85,6 +85,7 @@ def run(
     emit: str = "changelog",
     out: TextIO | None = None,
     err: TextIO | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> int:
     """The whole command; returns the exit status. Imports the planner lazily so that
     ``tidemark --help`` stays fast. Streams default to the current sys.stdout/stderr,
@@ -102,7 +103,7 @@ def run(
             raise InputError(str(sql_path), f"cannot read pipeline SQL: {reason}") from None
         pipeline = compile_sql(sql)
         specs = parse_inputs(input_pairs, dict(pipeline.sources), sql_path.name)
-        records = read_inputs(specs)
+        records = read_inputs(specs, max_line_bytes)
         plan = batches(records, batching)
         sink = pipeline.sink
         host = ReplayHost(pipeline)
@@ -147,11 +148,15 @@ def replay(
         Emit,
         typer.Option(help="changelog: every sink change as JSON Lines; table: the final sink table, sorted by PK."),
     ] = Emit.changelog,
+    max_line_bytes: Annotated[
+        int,
+        typer.Option(min=1, help="Longest input line read, in bytes; a longer line is an error naming it."),
+    ] = MAX_LINE_BYTES,
 ) -> None:
     """Replay JSON Lines changelogs through a pipeline, in-process, batch by batch.
 
     A line is {"kind": "+I", "row": {...}} (optional "seq": source position) or {"barrier": true}. See docs/replay.md.
     """
-    status = run(sql_file, input, batching.value, emit.value)
+    status = run(sql_file, input, batching.value, emit.value, max_line_bytes=max_line_bytes)
     if status:
         raise typer.Exit(status)

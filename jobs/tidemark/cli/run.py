@@ -115,7 +115,7 @@ def run(
     index_token: Annotated[
         str | None,
         typer.Option("--index-token", envvar="TIDEMARK_INDEX_TOKEN", show_envvar=True,
-                     help="Bearer token of the --index-url service (registering tables, releasing fences)."),
+                     help="Bearer token of the --index-url service (every request: registering tables, lookups, releasing fences)."),
     ] = None,
     kafka_config: Annotated[
         Path | None,

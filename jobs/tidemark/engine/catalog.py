@@ -9,25 +9,11 @@ that needs before-images.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tidemark.engine.errors import PlanError
+from tidemark.engine.options import APPEND_FORMATS, RETRACT_FORMATS, UPSERT_FORMATS, format_problem
 from tidemark.engine.types import SqlType
-
-APPEND_FORMATS = frozenset({"json", "avro", "avro-confluent", "csv", "raw"})
-RETRACT_FORMATS = frozenset(
-    {
-        "debezium-json",
-        "debezium-avro",
-        "debezium-avro-confluent",
-        "changelog-json",
-        "changelog-avro",
-        "canal-json",
-        "maxwell-json",
-        "ogg-json",
-    }
-)
-UPSERT_FORMATS = frozenset({"upsert-json", "upsert-avro", "upsert-avro-confluent"})
-KNOWN_FORMATS = APPEND_FORMATS | RETRACT_FORMATS | UPSERT_FORMATS
 
 
 @dataclass(frozen=True)
@@ -39,13 +25,12 @@ class Column:
 @dataclass(frozen=True)
 class TableDef:
     """A declared table. ``primary_key`` holds column names in declaration order of the
-    PRIMARY KEY clause; ``watermark`` is ``(column, sql_expression_text)`` when declared."""
+    PRIMARY KEY clause."""
 
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
-    watermark: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         # accept lists from callers; keep the dataclass hash-free but tuple-valued
@@ -61,18 +46,30 @@ class TableDef:
         return [c.type for c in self.columns]
 
     def has_column(self, name: str) -> bool:
-        return any(c.name.lower() == name.lower() for c in self.columns)
+        return self._position(name) is not None
 
     def index_of(self, name: str) -> int:
         """Position of a column (case-insensitive, as Flink's default identifiers are
         matched by the planner here). Raises KeyError naming the table."""
+        i = self._position(name)
+        if i is None:
+            raise KeyError(f"table '{self.name}' has no column '{name}'")
+        return i
+
+    def _position(self, name: str) -> int | None:
+        exact, folded = self._positions
+        i = exact.get(name)
+        return i if i is not None else folded.get(name.lower())
+
+    @cached_property
+    def _positions(self) -> tuple[dict[str, int], dict[str, int]]:
+        # dicts, not scans: a wide table is looked up once per column (planning, replay rows)
+        exact: dict[str, int] = {}
+        folded: dict[str, int] = {}
         for i, c in enumerate(self.columns):
-            if c.name == name:
-                return i
-        for i, c in enumerate(self.columns):
-            if c.name.lower() == name.lower():
-                return i
-        raise KeyError(f"table '{self.name}' has no column '{name}'")
+            exact.setdefault(c.name, i)
+            folded.setdefault(c.name.lower(), i)
+        return exact, folded
 
     @property
     def pk_indexes(self) -> tuple[int, ...]:
@@ -80,9 +77,14 @@ class TableDef:
 
     @property
     def format(self) -> str | None:
+        """The format as Tidemark names it: Flink's ``upsert-kafka`` connector with a
+        ``value.format`` of ``json`` is ``upsert-json``, and so on."""
         fmt = self.options.get("format") or self.options.get("value.format")
-        if fmt is None and self.options.get("connector") == "upsert-kafka":
-            return "upsert-json"
+        if self.options.get("connector", "").lower() == "upsert-kafka":
+            if fmt is None:
+                return "upsert-json"
+            if fmt.lower() in APPEND_FORMATS:
+                return f"upsert-{fmt.lower()}"
         return fmt
 
     @property
@@ -92,16 +94,15 @@ class TableDef:
         fmt = self.format
         if fmt is None:
             return "append"
+        problem = format_problem(self.name, fmt)
+        if problem is not None:
+            raise PlanError(problem)
         fmt = fmt.lower()
-        if fmt in APPEND_FORMATS:
-            return "append"
         if fmt in RETRACT_FORMATS:
             return "retract"
         if fmt in UPSERT_FORMATS:
             return "upsert"
-        raise PlanError(
-            f"table '{self.name}': unknown format '{fmt}' (known: {', '.join(sorted(KNOWN_FORMATS))})"
-        )
+        return "append"
 
     @property
     def merge_engine(self) -> str | None:

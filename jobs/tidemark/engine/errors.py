@@ -4,14 +4,24 @@ to the terminal (the CLI prints ``str(err)`` and exits with the error's status).
 from __future__ import annotations
 
 
+#: how much of a bad value an error message quotes
+QUOTE_CHARS = 80
+
+
+def shorten(text: str, limit: int = QUOTE_CHARS) -> str:
+    """At most ``limit`` characters of ``text``: an error quotes a bad value so that it can
+    be found, never a whole 50 MB line."""
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 class TidemarkError(Exception):
     """Base class: ``exit_status`` is what the CLI exits with."""
 
     exit_status = 1
 
 
-class SqlError(TidemarkError):
-    """The pipeline SQL is outside the supported subset or malformed."""
+class _Located(TidemarkError):
+    """An error in the pipeline SQL, with the line and column it concerns when known."""
 
     exit_status = 2
 
@@ -21,10 +31,13 @@ class SqlError(TidemarkError):
         self.line, self.col = line, col
 
 
-class PlanError(TidemarkError):
-    """The SQL is valid but cannot be planned (e.g. a missing ON CONFLICT clause)."""
+class SqlError(_Located):
+    """The pipeline SQL is outside the supported subset or malformed."""
 
-    exit_status = 2
+
+class PlanError(_Located):
+    """The SQL is valid but cannot be planned (e.g. a missing ON CONFLICT clause, an
+    unknown option)."""
 
 
 class InputError(TidemarkError):

@@ -9,7 +9,7 @@ from typing import Any
 
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.plan import Node, Planner, format_key
-from tidemark.engine.sql import parse_script
+from tidemark.engine.sql import parse_script, too_deep
 
 
 @dataclass
@@ -230,7 +230,10 @@ def compile_sql(sql: str) -> Pipeline:
     can act on (what and where)."""
     script = parse_script(sql)
     planner = Planner(script)
-    nodes = planner.plan()
+    try:
+        nodes = planner.plan()
+    except RecursionError:
+        raise too_deep() from None
     ins = script.insert
     assert ins is not None
     sink = script.table(ins.table)

@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from tidemark.engine import limits, options
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import PlanError, SqlError
 from tidemark.engine.expressions import (
@@ -152,6 +153,13 @@ class Relation:
     types: list[SqlType | None]
     offset: int
 
+    def __post_init__(self) -> None:
+        # case-folded name -> positions: a reference is resolved once per use, so a scan
+        # of the columns per reference made a wide SELECT quadratic
+        self.by_folded: dict[str, list[int]] = {}
+        for i, c in enumerate(self.columns):
+            self.by_folded.setdefault(c.lower(), []).append(i)
+
 
 class Scope:
     """The relations visible in one SELECT, laid side by side in one row (join order)."""
@@ -189,9 +197,8 @@ class Scope:
             candidates = rels
         else:
             candidates = self.relations
-        hits = [
-            (r, i) for r in candidates for i, c in enumerate(r.columns) if c.lower() == name.lower()
-        ]
+        folded = name.lower()
+        hits = [(r, i) for r in candidates for i in r.by_folded.get(folded, ())]
         exact = [(r, i) for r, i in hits if r.columns[i] == name]
         if len(hits) > 1 and len(exact) == 1:
             hits = exact
@@ -311,6 +318,9 @@ class Planner:
     def source(self, table: TableDef) -> int:
         if table.name in self._sources:
             return self._sources[table.name]
+        misplaced = options.misplaced(table.name, table.options, "source")
+        if misplaced is not None:
+            raise PlanError(misplaced)
         mode = table.changelog_mode
         keys = frozenset({Key(table.pk_indexes)}) if table.primary_key else frozenset()
         src = self._add(
@@ -370,6 +380,7 @@ class Planner:
             and inp.detail.get("composable")
             and inp.id == len(self.nodes) - 1
             and not self._consumers(inp.id)
+            and self._fold_within_limits(inp.stage, projections, predicate)
         ):
             # fold into the previous calc: substitute its projections into ours
             prev = inp.stage
@@ -390,6 +401,17 @@ class Planner:
             stage=stage, detail={"composable": True, "purpose": purpose},
         )  # fmt: skip
         return node.id
+
+    @staticmethod
+    def _fold_within_limits(prev: Any, projections: list[exp.Expr] | None, predicate: exp.Expr | None) -> bool:
+        """Folding substitutes the previous calc's expressions into ours, so sizes multiply
+        (``c * c`` over ``c * c`` doubles per level): fold only while every composed
+        expression stays within the expression limits, else stack a second calc."""
+        if prev.projections is None:
+            return True
+        inputs = [limits.measure(e) for e in prev.projections]
+        mine = [*(projections or []), *([predicate] if predicate is not None else [])]
+        return all(limits.within(*limits.measure(e, inputs)) for e in mine)
 
     def _consumers(self, node_id: int) -> list[int]:
         return [n.id for n in self.nodes if node_id in n.inputs]
@@ -462,6 +484,12 @@ class Planner:
                 raise sql_error(f"qualified table names ({item.sql()}) are not supported", item)
             if isinstance(item.this, exp.Func) or not isinstance(item.this, exp.Identifier):
                 raise sql_error(f"table function {describe(item)} is not supported", item)
+            if item.args.get("version") is not None:
+                raise sql_error(
+                    f"{item.name} FOR SYSTEM_TIME AS OF ... (a temporal join) is not supported yet; "
+                    "a regular join would compute something else, so it is refused",
+                    item.args["version"],
+                )
             table = self.script.table(item.name)
             if table is None:
                 raise sql_error(f"unknown table '{item.name}' (declare it with CREATE TABLE)", item)
@@ -495,6 +523,8 @@ class Planner:
             raise sql_error(f"{side} JOIN is not supported", join)
         left_width = scope.width
         right_id = self.relation(join.this, scope)
+        if scope.width > limits.COLUMNS.value:
+            raise limits.COLUMNS.refuse(f"the join is {scope.width} columns wide", *position_of(join.this))
         condition = self.resolve(on, scope)
         lkeys: list[int] = []
         rkeys: list[int] = []
@@ -768,7 +798,10 @@ class Planner:
         src = self.node(agg_input)
         name = self._stage_name("aggregate")
         group_names = [src.columns[i] for i in group_by]
-        agg_names = [f"{c.func}({src.columns[c.arg] if c.arg is not None else '*'})" for c in agg_calls]
+        agg_names = [
+            f"{c.func}({'DISTINCT ' if c.distinct else ''}{src.columns[c.arg] if c.arg is not None else '*'})"
+            for c in agg_calls
+        ]
         agg_types = [self._agg_type(c, src.types) for c in agg_calls]
         node = self._add(
             "aggregate", name, [agg_input], self._unique_names(group_names + [f"$agg{i}" for i in range(len(agg_calls))]),
@@ -831,13 +864,15 @@ class Planner:
         # map query columns onto sink columns
         if ins.columns is not None:
             targets = []
+            listed: set[int] = set()
             for c in ins.columns:
                 if not sink.has_column(c):
                     raise sql_error(f"sink table '{sink.name}' has no column '{c}'", ins.node.this)
                 j = sink.index_of(c)
-                if j in targets:
+                if j in listed:
                     raise sql_error(f"column '{c}' is listed twice in INSERT INTO {sink.name} (...)", ins.node.this)
                 targets.append(j)
+                listed.add(j)
         else:
             targets = list(range(len(sink.columns)))
         if len(targets) != body.width:
@@ -847,12 +882,12 @@ class Planner:
                 f"({', '.join(sink.columns[j].name for j in targets)})",
                 ins.query,
             )
+        source_of = {j: i for i, j in enumerate(targets)}
         for pk_name in sink.primary_key:
-            if sink.index_of(pk_name) not in targets:
+            if sink.index_of(pk_name) not in source_of:
                 raise PlanError(
                     f"INSERT INTO {sink.name}: primary key column '{pk_name}' must be written (add it to the column list)"
                 )
-        source_of = {j: i for i, j in enumerate(targets)}
         projections: list[exp.Expr] = []
         for j, col in enumerate(sink.columns):
             if j not in source_of:
@@ -893,6 +928,9 @@ class Planner:
         merge engine; then the sink node."""
         sink = self.script.table(ins.table)
         assert sink is not None
+        misplaced = options.misplaced(sink.name, sink.options, "sink")
+        if misplaced is not None:
+            raise PlanError(misplaced)
         inp = self.node(input_id)
         pk = Key(sink.pk_indexes)
         sink_mode = sink.changelog_mode

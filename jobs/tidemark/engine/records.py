@@ -28,17 +28,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import DELETE, INSERT, KINDS, UPDATE_AFTER, Change
-from tidemark.engine.errors import InputError, TidemarkError
+from tidemark.engine.errors import InputError, TidemarkError, shorten
 from tidemark.engine.types import coerce_value
 
 MAX_ERRORS = 20
+#: longest input line read (``--max-line-bytes``): a record is a row, not a file
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: deepest JSON nesting of a line (composite columns included)
+MAX_NESTING = 64
+_SKIP_CHUNK = 1024 * 1024
 
 #: kinds each changelog mode may carry (as Flink's formats do)
 KINDS_BY_MODE: dict[str, tuple[str, ...]] = {
@@ -104,7 +109,7 @@ class _Errors:
 
 
 def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return shorten(json.dumps(value, ensure_ascii=False))
 
 
 def parse_row(table: TableDef, kind: str, row: Any) -> tuple:
@@ -124,10 +129,10 @@ def parse_row(table: TableDef, kind: str, row: Any) -> tuple:
             i = table.index_of(key)
         except KeyError:
             raise ValueError(
-                f"unknown column '{key}' (table '{table.name}' has: {', '.join(names)})"
+                f"unknown column '{shorten(key)}' (table '{table.name}' has: {shorten(', '.join(names))})"
             ) from None
         if i in seen:
-            raise ValueError(f"column '{names[i]}' given twice ('{seen[i]}' and '{key}')")
+            raise ValueError(f"column '{names[i]}' given twice ('{shorten(seen[i])}' and '{shorten(key)}')")
         seen[i] = key
         try:
             values[i] = coerce_value(table.columns[i].type, raw)
@@ -157,23 +162,48 @@ def _parse_seq(value: Any) -> int | float:
     return value
 
 
-def _parse_line(table: TableDef, text: str) -> tuple[str | None, tuple | None, int | float | None]:
-    """-> (kind or None for a barrier, row, seq). Raises ValueError on a bad line."""
+def _depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if isinstance(v, dict):
+            stack.extend((c, d + 1) for c in v.values())
+        elif isinstance(v, list):
+            stack.extend((c, d + 1) for c in v)
+    return deepest
+
+
+def _load(text: str) -> Any:
+    """json.loads with a nesting limit: Python's decoder recurses once per level."""
+    too_deep = ValueError(f"JSON nested deeper than {MAX_NESTING} levels")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"malformed JSON: {e.msg} (column {e.colno})") from None
+    except RecursionError:
+        raise too_deep from None
+    # the count of brackets bounds the depth: walk the value only when it might be deep
+    if text.count("[") + text.count("{") > MAX_NESTING and _depth(obj) > MAX_NESTING:
+        raise too_deep
+    return obj
+
+
+def _parse_line(table: TableDef, text: str) -> tuple[str | None, tuple | None, int | float | None]:
+    """-> (kind or None for a barrier, row, seq). Raises ValueError on a bad line."""
+    obj = _load(text)
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {_json_text(obj)}")
     seq = _parse_seq(obj["seq"]) if "seq" in obj else None
     if "barrier" in obj:
-        extra = sorted(set(obj) - {"barrier", "seq"})
+        extra = sorted(shorten(k) for k in set(obj) - {"barrier", "seq"})
         if obj["barrier"] is not True:
             raise ValueError(f'"barrier" must be true, got {_json_text(obj["barrier"])}')
         if extra:
             raise ValueError(f"unexpected key(s) on a barrier line: {', '.join(extra)}")
         return None, None, seq
-    extra = sorted(set(obj) - {"kind", "row", "seq"})
+    extra = sorted(shorten(k) for k in set(obj) - {"kind", "row", "seq"})
     if extra:
         raise ValueError(
             f"unexpected key(s) {', '.join(repr(k) for k in extra)} "
@@ -196,28 +226,57 @@ def _parse_line(table: TableDef, text: str) -> tuple[str | None, tuple | None, i
     return kind, parse_row(table, kind, obj["row"]), seq
 
 
-def read_input(spec: InputSpec, input_index: int, errors: _Errors) -> tuple[list[Record], int]:
+def _lines(f: BinaryIO, max_line_bytes: int) -> Iterator[bytes | None]:
+    """The lines of ``f`` without their end of line, reading at most ``max_line_bytes``
+    (+1) bytes of any one line: a longer line yields None once its first
+    ``max_line_bytes`` are read, and the rest of it is skipped in bounded chunks, so a file
+    without newlines never lands in memory whole."""
+    while raw := f.readline(max_line_bytes + 1):
+        if raw.endswith(b"\n"):
+            yield raw[:-1].removesuffix(b"\r")
+        elif len(raw) <= max_line_bytes:
+            yield raw.removesuffix(b"\r")  # the last line, without a newline
+        else:
+            yield None
+            while (rest := f.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
+                pass
+
+
+def _decode_line(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text: byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line") from None
+
+
+def read_input(
+    spec: InputSpec, input_index: int, errors: _Errors, max_line_bytes: int = MAX_LINE_BYTES
+) -> tuple[list[Record], int]:
     """All records of one file in file order, and its number of lines; errors go to
     ``errors``."""
-    try:
-        lines = spec.path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        errors.add(spec.label, f"cannot read input for table '{spec.table.name}': {reason}")
-        return [], 0
     out: list[Record] = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{spec.label}:{n}"
-        try:
-            kind, row, seq = _parse_line(spec.table, line)
-        except ValueError as e:
-            errors.add(where, str(e))
-            continue
-        change = None if kind is None else Change(kind, row, ())
-        out.append(Record(spec.table.name, change, seq, where, input_index, n))
-    return out, len(lines)
+    n = 0
+    try:
+        with spec.path.open("rb") as f:
+            for n, raw in enumerate(_lines(f, max_line_bytes), start=1):
+                where = f"{spec.label}:{n}"
+                if raw is None:
+                    errors.add(where, f"line longer than {max_line_bytes} bytes (raise the limit with --max-line-bytes)")
+                    continue
+                try:
+                    line = _decode_line(raw)
+                    if not line.strip():
+                        continue
+                    kind, row, seq = _parse_line(spec.table, line)
+                except ValueError as e:
+                    errors.add(where, str(e))
+                    continue
+                change = None if kind is None else Change(kind, row, ())
+                out.append(Record(spec.table.name, change, seq, where, input_index, n))
+    except OSError as e:
+        errors.add(spec.label, f"cannot read input for table '{spec.table.name}': {e.strerror or e}")
+        return [], 0
+    return out, n
 
 
 def _order(per_input: list[list[Record]], line_counts: list[int], errors: _Errors) -> list[Record]:
@@ -273,14 +332,14 @@ def _with_pos(r: Record, pos: tuple) -> Record:
     return Record(r.table, r.change._replace(pos=pos), r.seq, r.where, r.input_index, r.line)
 
 
-def read_inputs(specs: Sequence[InputSpec]) -> list[Record]:
+def read_inputs(specs: Sequence[InputSpec], max_line_bytes: int = MAX_LINE_BYTES) -> list[Record]:
     """Read, validate and order every input. Raises InputError (one bad line) or
     InputErrors (several) after reading everything."""
     errors = _Errors()
     per_input: list[list[Record]] = []
     line_counts: list[int] = []
     for i, spec in enumerate(specs):
-        records, count = read_input(spec, i, errors)
+        records, count = read_input(spec, i, errors, max_line_bytes)
         per_input.append(records)
         line_counts.append(count)
     errors.raise_if_any()

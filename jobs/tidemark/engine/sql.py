@@ -16,16 +16,18 @@ from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.parser import Parser
 from sqlglot.tokens import Tokenizer, TokenType
 
+from tidemark.engine import limits
+from tidemark.engine import options as options_check
 from tidemark.engine.catalog import Column, TableDef
-from tidemark.engine.errors import SqlError
+from tidemark.engine.errors import PlanError, SqlError
 from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
 
 ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
 
 
 class TidemarkParser(Parser):
-    """sqlglot's ANSI parser plus Flink's ``WATERMARK FOR col AS expr`` schema entry and
-    the FLIP's ``ON CONFLICT DO NOTHING | DO ERROR | DO DEDUPLICATE`` actions (``DO UPDATE``
+    """sqlglot's ANSI parser plus Flink's ``WATERMARK FOR col AS expr`` schema entry (parsed
+    only so that it can be refused by name) and the FLIP's ``ON CONFLICT DO NOTHING | DO ERROR | DO DEDUPLICATE`` actions (``DO UPDATE``
     is parsed only so that it can be rejected with a clear message)."""
 
     CONFLICT_ACTIONS = {"DO": ("NOTHING", "ERROR", "DEDUPLICATE", "UPDATE")}
@@ -82,6 +84,11 @@ def sql_error(message: str, node: exp.Expr | None) -> SqlError:
     return SqlError(message, line, col)
 
 
+def plan_error(message: str, node: exp.Expr | None) -> PlanError:
+    line, col = position_of(node)
+    return PlanError(message, line, col)
+
+
 def describe(node: exp.Expr, limit: int = 60) -> str:
     text = node.sql(dialect=Tidemark)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -121,8 +128,13 @@ class Script:
 
 def parse_statements(sql: str) -> list[exp.Expr]:
     """Parse a script into statements, turning sqlglot's errors into SqlError."""
+    dialect = Tidemark()
     try:
-        statements = Tidemark().parse(sql, error_level=ErrorLevel.RAISE)
+        tokens = dialect.tokenize(sql)
+        limits.check_tokens(tokens)
+        statements = dialect.parser(error_level=ErrorLevel.RAISE).parse(tokens, sql)
+    except RecursionError:
+        raise too_deep() from None
     except ParseError as e:
         err = e.errors[0] if e.errors else {}
         desc = err.get("description") or str(e)
@@ -134,7 +146,18 @@ def parse_statements(sql: str) -> list[exp.Expr]:
         raise SqlError(f"syntax error: {desc}{near}", line, col) from None
     except TokenError as e:
         raise SqlError(f"syntax error: {e}") from None
-    return [s for s in statements if s is not None]
+    statements = [s for s in statements if s is not None]
+    limits.check_statements(statements, position_of)
+    return statements
+
+
+def too_deep() -> SqlError:
+    """What a RecursionError in parsing or planning means for the user: nesting the
+    token and tree limits did not catch (a long chain of prefix operators, say)."""
+    return SqlError(
+        f"the SQL nests too deeply to plan (limits: {limits.NESTING.value} {limits.NESTING.name}, "
+        f"{limits.EXPRESSION_DEPTH.value} {limits.EXPRESSION_DEPTH.name})"
+    )
 
 
 def parse_script(sql: str) -> Script:
@@ -170,8 +193,11 @@ def _set_options(stmt: exp.Set) -> dict[str, str]:
         eq = item.this if isinstance(item, exp.SetItem) else None
         if not isinstance(eq, exp.EQ):
             raise sql_error("SET expects 'key' = 'value'", stmt)
-        key, value = eq.this, eq.expression
-        out[_option_text(key)] = _option_text(value)
+        key = _option_text(eq.this)
+        problem = options_check.check_pipeline_option(key)
+        if problem is not None:
+            raise plan_error(problem, eq.this)
+        out[key] = _option_text(eq.expression)
     return out
 
 
@@ -304,14 +330,15 @@ def _table_def(stmt: exp.Create) -> TableDef:
         raise sql_error("CREATE TABLE needs a column list", stmt)
     name = schema.this.name
     columns: list[Column] = []
+    declared: set[str] = set()
     pk: list[str] = []
     pk_node: exp.Expr | None = None
-    watermark: tuple[str, str] | None = None
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             col_name = item.name
-            if any(c.name.lower() == col_name.lower() for c in columns):
+            if col_name.lower() in declared:
                 raise sql_error(f"table '{name}': column '{col_name}' is declared twice", item)
+            declared.add(col_name.lower())
             kind_node = item.args.get("kind")
             if kind_node is None:
                 raise sql_error(f"table '{name}': column '{col_name}' has no type", item)
@@ -334,24 +361,23 @@ def _table_def(stmt: exp.Create) -> TableDef:
             pk = [e.name for e in item.expressions]
             pk_node = item
         elif isinstance(item, exp.WatermarkColumnConstraint):
-            col = item.this
-            if not isinstance(col, exp.Column) or item.expression is None:
-                raise sql_error("WATERMARK must read: WATERMARK FOR column AS expression", item)
-            watermark = (col.name, item.expression.sql(dialect=Tidemark))
+            raise sql_error(
+                f"table '{name}': WATERMARK is not supported yet (event time and watermarks are not "
+                "implemented; Tidemark would ignore it, so it is refused)",
+                item,
+            )
         else:
             raise sql_error(f"table '{name}': {describe(item)} is not supported in CREATE TABLE", item)
     if not columns:
         raise sql_error(f"table '{name}' has no columns", stmt)
-    names = [c.name.lower() for c in columns]
+    spelled = {c.name.lower(): c.name for c in columns}
     for k in pk:
-        if k.lower() not in names:
+        if k.lower() not in spelled:
             raise sql_error(f"table '{name}': primary key column '{k}' is not a column of the table", pk_node)
-    if watermark and watermark[0].lower() not in names:
-        raise sql_error(f"table '{name}': watermark column '{watermark[0]}' is not a column of the table", stmt)
     # canonical spelling of PK names = the column's declared spelling
-    pk = [columns[names.index(k.lower())].name for k in pk]
+    pk = [spelled[k.lower()] for k in pk]
     options = _with_options(stmt, name)
-    return TableDef(name, tuple(columns), tuple(pk), options, watermark)
+    return TableDef(name, tuple(columns), tuple(pk), options)
 
 
 def _with_options(stmt: exp.Create, table: str) -> dict[str, str]:
@@ -364,10 +390,17 @@ def _with_options(stmt: exp.Create, table: str) -> dict[str, str]:
             value = p.args.get("value")
             if not (isinstance(value, exp.Literal) and value.is_string):
                 raise sql_error(f"table '{table}': option '{p.this.this}' needs a quoted string value", p)
-            options[str(p.this.this)] = str(value.this)
+            key = str(p.this.this)
+            problem = options_check.check_table_option(table, key, str(value.this))
+            if problem is not None:
+                raise plan_error(problem, p)
+            options[key] = str(value.this)
         else:
             raise sql_error(
                 f"table '{table}': {describe(p)} is not supported; table options are WITH ('key' = 'value', ...)",
                 p,
             )
+    problem = options_check.check_table(table, options)
+    if problem is not None:
+        raise plan_error(problem, props)
     return options

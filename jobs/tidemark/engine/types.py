@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
+from tidemark.engine.errors import shorten
+
 INTEGER_RANGES: dict[str, tuple[int, int]] = {
     "TINYINT": (-(2**7), 2**7 - 1),
     "SMALLINT": (-(2**15), 2**15 - 1),
@@ -181,7 +183,7 @@ BOOLEAN = SqlType("BOOLEAN")
 
 
 def _show(value: Any) -> str:
-    return repr(value) if not isinstance(value, bool) else str(value).lower()
+    return shorten(repr(value)) if not isinstance(value, bool) else str(value).lower()
 
 
 def _fail(t: SqlType, value: Any) -> ValueError:

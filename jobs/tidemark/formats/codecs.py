@@ -28,18 +28,13 @@ from typing import Any
 
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import DELETE, INSERT, KINDS, UPDATE_AFTER, UPDATE_BEFORE, Change
+from tidemark.engine.options import REGISTRY_OPTIONS
 from tidemark.formats import avro_schema
 from tidemark.formats.errors import DecodeError, FormatError
 from tidemark.formats.rows import RowCodec
 from tidemark.formats.serde import AvroSerde, ConfluentAvroSerde, JsonSerde
 
 ENVELOPES = ("debezium", "upsert", "changelog", "append")
-REGISTRY_OPTIONS = (
-    "avro-confluent.url",
-    "value.avro-confluent.url",
-    "avro-confluent.schema-registry.url",
-    "schema-registry.url",
-)
 AVRO_KIND = {"INSERT": INSERT, "UPDATE_BEFORE": UPDATE_BEFORE, "UPDATE_AFTER": UPDATE_AFTER, "DELETE": DELETE}
 KIND_AVRO = {v: k for k, v in AVRO_KIND.items()}
 SINK_FORMATS = ("upsert-json", "upsert-avro", "changelog-json", "changelog-avro")

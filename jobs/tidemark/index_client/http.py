@@ -1,12 +1,17 @@
 """The delta join's ``lookup`` callable over HTTP: one ``POST /v1/lookup`` per call (a
 batch of keys), rows decoded back into Python values with the table's column types.
-Used by hosts that run the stage away from the data (Spark tasks)."""
+Used by hosts that run the stage away from the data (Spark tasks).
+
+A lookup that must wait for its offsets takes one of the service's few waiting slots; when
+none is free the service answers 429 at once, and the lookup is sent again with jittered
+exponential backoff for up to ``timeout_s`` (the slots free up as fences are reached)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 import httpx
+import tenacity
 
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import TidemarkError
@@ -63,7 +68,7 @@ class HttpLookup:
             "min_offsets": {str(p): o for p, o in (min_offsets or {}).items()} or None,
             "as_of": {str(p): o for p, o in (as_of or {}).items()} if as_of is not None else None,
         }
-        resp = self.client.post("/v1/lookup", json=body)
+        resp = self._post_lookup(body)
         if resp.status_code != 200:
             try:
                 detail = resp.json().get("detail")
@@ -75,6 +80,15 @@ class HttpLookup:
             [(tuple(coerce_value(t, v) for t, v in zip(types, row)), ()) for row in per_key]
             for per_key in resp.json()["rows"]
         ]
+
+    def _post_lookup(self, body: dict) -> httpx.Response:
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_result(lambda resp: resp.status_code == 429),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0, jitter=0.1),
+            stop=tenacity.stop_after_delay(self.timeout_s),
+            retry_error_callback=lambda state: state.outcome.result(),  # the last 429, reported as such
+        )
+        return retrying(self.client.post, "/v1/lookup", json=body)
 
     def close(self) -> None:
         if self._client is not None:

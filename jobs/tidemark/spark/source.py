@@ -41,6 +41,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tidemark.engine.catalog import TableDef
+
 SOURCE_NAME = "tidemark-kafka"
 SCHEMA = "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary"
 #: a task that sees no progress for this long fails (naming its range) instead of hanging
@@ -48,6 +50,9 @@ STALL_TIMEOUT_S = 120.0
 ARROW_BATCH_ROWS = 10_000
 
 Offsets = dict[str, dict[str, int]]
+#: the reader's ``startingOffsets``; a table's ``scan.startup.mode`` maps onto them
+STARTING_OFFSETS = ("earliest", "latest", "timestamp")
+_STARTUP_MODES = {"earliest-offset": "earliest", "latest-offset": "latest", "timestamp": "timestamp"}
 
 
 class KafkaSourceError(RuntimeError):
@@ -129,9 +134,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.max_records is not None and self.max_records < 1:
             raise KafkaSourceError(f"maxRecordsPerTrigger must be >= 1, got {limit}")
         starting = self.options.get("startingoffsets", "earliest")
-        if starting not in ("earliest", "latest"):
-            raise KafkaSourceError(f"startingOffsets must be 'earliest' or 'latest', got {starting!r}")
+        if starting not in STARTING_OFFSETS:
+            raise KafkaSourceError(f"startingOffsets must be one of {', '.join(STARTING_OFFSETS)}, got {starting!r}")
         self.starting = starting
+        stamp = self.options.get("startingtimestamp")
+        if (starting == "timestamp") != (stamp is not None) or (stamp is not None and not stamp.isdigit()):
+            raise KafkaSourceError(
+                f"startingTimestamp (epoch milliseconds) goes with startingOffsets 'timestamp', got {stamp!r}"
+            )
+        self.starting_timestamp = int(stamp) if stamp is not None else None
         self.timeout_s = float(self.options.get("metadatatimeoutseconds", "30"))
         self._consumer = None
         self._target: Offsets | None = None
@@ -179,15 +190,41 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def initialOffset(self) -> Offsets:
+        """Where a new query starts (a restarted one resumes from its checkpoint instead):
+        the earliest offsets, the end, or the first offset at or after a timestamp."""
         if self.starting == "latest":
             return self._end()
         from confluent_kafka import TopicPartition
 
         consumer = self._admin_consumer()
+        partitions = self._partitions()
+        if self.starting == "timestamp":
+            return self._offsets_for_time(partitions)
         return {
             t: {str(p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=self.timeout_s)[0] for p in parts}
-            for t, parts in self._partitions().items()
+            for t, parts in partitions.items()
         }
+
+    def _offsets_for_time(self, partitions: dict[str, list[int]]) -> Offsets:
+        """Per partition, the first offset whose record's timestamp is at or after the
+        start timestamp (the end when there is none yet). The broker's answer is taken as
+        a lower bound and checked by reading forward from it: some brokers (the embedded
+        Tansu one) answer offset 0 for every timestamp."""
+        from confluent_kafka import TopicPartition
+
+        end = self._end()
+        ts = self.starting_timestamp
+        asked = [TopicPartition(t, p, ts) for t, parts in partitions.items() for p in parts]
+        out: Offsets = {t: {} for t in partitions}
+        for tp in self._admin_consumer().offsets_for_times(asked, timeout=self.timeout_s):
+            last = end[tp.topic][str(tp.partition)]
+            lower = tp.offset if 0 <= tp.offset <= last else last
+            records = read_range(self.conf, tp.topic, tp.partition, lower, last)
+            try:
+                out[tp.topic][str(tp.partition)] = next((r[2] for r in records if (r[3] or 0) >= ts), last)
+            finally:
+                records.close()
+        return out
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         end = self._end(start)
@@ -323,6 +360,16 @@ class KafkaSource(DataSource):
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(schema, dict(self.options))
+
+
+def startup_options(table: TableDef) -> dict[str, str]:
+    """The reader options of a table's ``scan.startup.mode`` (Flink's names; planning has
+    checked the mode and its timestamp)."""
+    mode = table.options.get("scan.startup.mode", "earliest-offset").lower()
+    out = {"startingOffsets": _STARTUP_MODES[mode]}
+    if mode == "timestamp":
+        out["startingTimestamp"] = table.options["scan.startup.timestamp-millis"].strip()
+    return out
 
 
 def register(spark) -> None:

@@ -71,7 +71,9 @@ def control(
     max_pipelines: Annotated[int, typer.Option(min=1, help="Registrations past this many pipelines get 409")] = 500,
     max_registry_sql_bytes: Annotated[int, typer.Option(
         min=1, help="Registrations past this total of SQL bytes get 409")] = 64 * 1024 * 1024,
-    insecure_dev: Annotated[bool, typer.Option("--insecure-dev", metavar="", help="Run without a bearer token (dev only): TIDEMARK_API_TOKEN is then not needed")] = False,
+    insecure_dev: Annotated[bool, typer.Option(
+        "--insecure-dev", metavar="",
+        help="Run without a bearer token (dev only; loopback --host only): TIDEMARK_API_TOKEN is then not needed")] = False,
     kafka_config: Annotated[Path | None, typer.Option(
         help="librdkafka settings (key=value lines, e.g. security.protocol=SASL_SSL) for every Kafka client (registry, admin, index service, and the jobs it starts)")] = None,
 ) -> None:
@@ -85,17 +87,11 @@ def control(
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings
     from tidemark.kafka.config import KafkaConfigError, use_config_file
+    from tidemark.service_cli import bearer_token
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
-    token = os.environ.get("TIDEMARK_API_TOKEN") or None
-    if token is None and not insecure_dev:
-        typer.echo("error: set TIDEMARK_API_TOKEN (the bearer token clients must send), "
-                   "or pass --insecure-dev for a local, unauthenticated service", err=True)
-        raise typer.Exit(2)
-    if token is None:
-        typer.echo("WARNING: --insecure-dev: the API accepts every request without a token; "
-                   "never expose this service beyond your machine", err=True)
+    token = bearer_token("TIDEMARK_API_TOKEN", insecure_dev=insecure_dev, host=host)
     if index_url is not None and not index_url.startswith(("http://", "https://")):
         typer.echo(f"error: --index-url {index_url!r}: expected an http:// or https:// URL", err=True)
         raise typer.Exit(2)

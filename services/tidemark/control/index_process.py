@@ -2,7 +2,7 @@
 service that was given no ``--index-url``.
 
 It listens on loopback on a free port, with a random token of its own (passed in its
-environment, never on a command line), on the control service's brokers. It is started the
+environment as ``TIDEMARK_INDEX_TOKEN``, never on a command line), on the control service's brokers. It is started the
 first time a delta-join pipeline needs it and reused for every later one. It dies with the
 control service whatever way that ends: a clean shutdown stops it, and the child watches its
 stdin (a pipe from the control service) and stops itself at EOF, so a SIGKILLed control
@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from tidemark.index_client import INDEX_TOKEN_ENV
 
 log = logging.getLogger("tidemark.control.index_process")
 
@@ -81,7 +83,8 @@ class EmbeddedIndex:
         self.workdir.mkdir(parents=True, exist_ok=True)
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "TIDEMARK_API_TOKEN": self.token}
+        # its own token only: not the control service's API token, which it has no use for
+        env = {**{k: v for k, v in os.environ.items() if k != "TIDEMARK_API_TOKEN"}, INDEX_TOKEN_ENV: self.token}
         argv = [sys.executable, "-m", "tidemark.control.index_process", "--host", "127.0.0.1", "--port", str(port),
                 "--bootstrap-servers", self.bootstrap_servers]
         with open(self.log_path, "ab") as out:

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from tidemark.control.index_process import EmbeddedIndex, EmbeddedIndexError
 from tidemark.engine.pipeline import Pipeline
+from tidemark.index_client import INDEX_TOKEN_ENV
 from tidemark.index_client.http import HttpLookup, IndexRegistrationRefused, IndexUnreachable
 from tidemark.index_client.pipeline_tables import IndexedTable, indexed_tables
 
 log = logging.getLogger("tidemark.control.indexes")
 
-INDEX_TOKEN_ENV = "TIDEMARK_INDEX_TOKEN"
 
 
 class IndexUnavailable(Exception):

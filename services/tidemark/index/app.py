@@ -1,27 +1,34 @@
 """The index service's REST API (``docs/delta-join.md`` has the reference).
 
-- ``POST /v1/tables`` (token): register a source table: its ``CREATE TABLE`` text (with
+Every ``/v1`` endpoint needs the bearer token (``TIDEMARK_INDEX_TOKEN``): lookups return
+the indexed rows, which are as confidential as the topics they come from.
+
+- ``POST /v1/tables``: register a source table: its ``CREATE TABLE`` text (with
   ``'index.<name>.columns'`` options), optionally the topic (default: the ``topic``
-  option, else the table name). The service reads the topic from the beginning.
-- ``GET /v1/tables``: every table with applied offsets per partition, rows, history.
+  option, else the table name). The service reads the topic from the beginning; a table
+  whose topic cannot be read yet is retried with backoff, and at once when registered again.
+- ``GET /v1/tables``, ``GET /v1/tables/{name}``: applied offsets per partition, rows, history.
 - ``POST /v1/lookup``: one table, one index, a batch of keys -> the rows per key, in one
   round trip (JSON). ``min_offsets`` waits (up to ``timeout_ms``, bounded by the service)
   until the index has applied them, else 503 naming what is missing; ``as_of`` answers
   from the version history as of those offsets (and waits for them too).
-- ``POST /v1/tables/{name}/release`` (token): no lookup will ask as of offsets below these
-  any more; older versions are dropped.
+- ``POST /v1/tables/{name}/release``: no lookup will ask as of offsets below these any
+  more; older versions are dropped.
 - ``/healthz``; ``/readyz`` (503 until every table's initial load has caught up);
-  ``/metrics`` (Prometheus).
+  ``/metrics`` (Prometheus). These three are open: they say nothing about the rows.
 
-Bad requests are 4xx with a message; lookups are plain ``def`` handlers, which FastAPI runs
-in its thread pool, so a waiting lookup blocks a worker thread, not the event loop.
+Bad requests are 4xx with a message. Lookups are plain ``def`` handlers, which FastAPI runs
+in its thread pool (40 threads), so a waiting lookup blocks a worker thread, not the event
+loop; that is why at most ``max_waiters`` lookups may wait at once (the next one is 429 at
+once), leaving the other threads to the lookups that need no wait.
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
@@ -30,11 +37,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from tidemark.control.json_body import StrictJsonRoute
 from tidemark.control.middleware import BodySizeLimit
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import TidemarkError
@@ -66,15 +74,41 @@ class Release(BaseModel):
     offsets: dict[int, int]
 
 
+class ErrorBody(BaseModel):
+    detail: str = Field(description="What was wrong, and where")
+
+
+def _errors(*codes: int, body: bool = True) -> dict:
+    """Documented error answers (every 4xx/503 is ``{"detail": message}``); an endpoint with
+    a body may also answer 413 (too large), 415 (not JSON) and 422 (not valid JSON)."""
+    return {code: {"model": ErrorBody} for code in (400, 401, *codes, *((413, 415, 422) if body else ()))}
+
+
 class IndexService:
     """The tables being indexed; shared by the API handlers and the metrics collector."""
 
-    def __init__(self, bootstrap: str, max_wait_ms: int = 30_000, feed_factory: type[TableFeed] = TableFeed):
+    def __init__(self, bootstrap: str, max_wait_ms: int = 30_000, feed_factory: type[TableFeed] = TableFeed,
+                 max_waiters: int = 8, load_backoff_s: tuple[float, float] = (0.5, 30.0)):
         self.feed_factory = feed_factory
         self.bootstrap = bootstrap
         self.max_wait_ms = max_wait_ms
+        self.max_waiters = max_waiters
+        self.load_backoff_s = load_backoff_s
         self.feeds: dict[str, TableFeed] = {}
         self.lock = threading.Lock()
+        self._waiters = threading.BoundedSemaphore(max_waiters)
+
+    @contextmanager
+    def wait_slot(self, table: str) -> Iterator[None]:
+        """One of the ``max_waiters`` slots for a lookup that must wait for offsets; 429 at
+        once when none is free (a waiting lookup holds a worker thread until it returns)."""
+        if not self._waiters.acquire(blocking=False):
+            raise HTTPException(429, f"table '{table}': {self.max_waiters} lookups are already waiting for offsets "
+                                     "(--max-waiters); retry later", headers={"Retry-After": "1"})
+        try:
+            yield
+        finally:
+            self._waiters.release()
 
     def register(self, reg: TableRegistration) -> TableFeed:
         stmts = parse_statements(reg.ddl)
@@ -90,10 +124,13 @@ class IndexService:
         with self.lock:
             old = self.feeds.get(table.name)
             if old is not None:
-                if old.topic == topic and old.table == table and old.index.keep_history == reg.history:
-                    return old  # registering the same table again is a no-op
-                raise HTTPException(409, f"table '{table.name}' is already registered with another definition")
-            feed = self.feed_factory(table, topic, self.bootstrap, reg.history)
+                if old.topic != topic or old.table != table or old.index.keep_history != reg.history:
+                    raise HTTPException(409, f"table '{table.name}' is already registered with another definition")
+                if not old.failed:
+                    old.retry_now()  # still loading its topic: try now rather than after the backoff
+                    return old  # otherwise registering the same table again is a no-op
+                old.stop()  # it stopped on an error: follow the topic again from the beginning
+            feed = self.feed_factory(table, topic, self.bootstrap, reg.history, backoff_s=self.load_backoff_s)
             self.feeds[table.name] = feed
         feed.start()
         return feed
@@ -130,7 +167,7 @@ def describe(feed: TableFeed) -> dict[str, Any]:
 
 
 def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: int = 4 * 1024 * 1024) -> FastAPI:
-    """``api_token=None`` means ``--insecure-dev``: mutating endpoints need no token."""
+    """``api_token=None`` means ``--insecure-dev``: no endpoint needs a token."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -141,12 +178,14 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
 
     app = FastAPIOffline(title="Tidemark index service", version="1", lifespan=lifespan,
                   description="Delta-join lookup index over source topics.")
+    app.router.route_class = StrictJsonRoute  # NaN, Infinity, lone surrogates: 422, never a 500
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     registry = CollectorRegistry()
     lookups = Counter("tidemark_index_lookups", "Lookup requests", ["table", "outcome"], registry=registry)
     lookup_keys = Counter("tidemark_index_lookup_keys", "Keys looked up", ["table"], registry=registry)
     latency = Histogram("tidemark_index_lookup_seconds", "Lookup latency (including fence waits)", ["table"],
                         registry=registry, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
+    waiting = Gauge("tidemark_index_waiting_lookups", "Lookups waiting for their offsets now", registry=registry)
 
     class TableCollector:
         def collect(self):
@@ -164,9 +203,10 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
             yield from (rows, hist, applied, ready)
 
     registry.register(TableCollector())
-    bearer = HTTPBearer(auto_error=False)
+    bearer = HTTPBearer(auto_error=False, description="TIDEMARK_INDEX_TOKEN")
 
-    def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+    async def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        """async: a refused request never takes one of the worker threads lookups need."""
         if api_token is None:
             return
         given = creds.credentials.encode() if creds is not None else b""
@@ -186,7 +226,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
     def healthz() -> dict:
         return {"status": "ok", "version": tidemark_version()}
 
-    @app.get("/readyz")
+    @app.get("/readyz", responses={503: {"description": "a table is loading or failed"}})
     def readyz(response: Response) -> dict:
         tables = {name: describe(f) for name, f in service.feeds.items()}
         waiting = [n for n, d in tables.items() if not d["ready"]]
@@ -196,30 +236,33 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
             return {"status": "loading", "loading": waiting, "failed": failed}
         return {"status": "ready", "tables": sorted(tables)}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response, summary="Prometheus text format",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/tables", status_code=201, dependencies=[Depends(authorize)])
+    needs_token = [Depends(authorize)]
+
+    @app.post("/v1/tables", status_code=201, dependencies=needs_token, responses=_errors(409))
     def register(reg: TableRegistration) -> dict:
         return describe(service.register(reg))
 
-    @app.get("/v1/tables")
+    @app.get("/v1/tables", dependencies=needs_token, responses=_errors(body=False))
     def tables() -> dict:
         return {"tables": [describe(f) for _, f in sorted(service.feeds.items())]}
 
-    @app.get("/v1/tables/{name}")
+    @app.get("/v1/tables/{name}", dependencies=needs_token, responses=_errors(404, body=False))
     def table(name: str) -> dict:
         return describe(service.feed(name))
 
-    @app.post("/v1/tables/{name}/release", dependencies=[Depends(authorize)])
+    @app.post("/v1/tables/{name}/release", dependencies=needs_token, responses=_errors(404))
     def release(name: str, body: Release) -> dict:
         feed = service.feed(name)
         with feed.cond:
             dropped = feed.index.release(body.offsets)
         return {"dropped_versions": dropped, **describe(feed)}
 
-    @app.post("/v1/lookup")
+    @app.post("/v1/lookup", dependencies=needs_token, responses=_errors(404, 409, 429, 503))
     def lookup(req: LookupRequest) -> dict:
         feed = service.feed(req.table)
         spec = feed.index.indexes.get(req.index)
@@ -235,16 +278,17 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
                 keys.append(tuple(coerce_value(t, v) for t, v in zip(types, raw)))
             except ValueError as exc:
                 raise HTTPException(400, f"keys[{n}]: {exc}") from None
-        wait = [o for o in (req.min_offsets, req.as_of) if o]
+        wait = [o for o in (req.min_offsets, req.as_of) if o and not feed.applied_all(o)]
         timeout_ms = min(req.timeout_ms if req.timeout_ms is not None else service.max_wait_ms, service.max_wait_ms)
         with latency.labels(req.table).time():
-            for offsets in wait:
-                if not feed.wait_applied(offsets, timeout_ms / 1000):
-                    lookups.labels(req.table, "timeout").inc()
-                    with feed.cond:
-                        applied = dict(feed.index.applied)
-                    raise HTTPException(503, f"table '{req.table}': offsets {offsets} not applied within "
-                                             f"{timeout_ms} ms (applied: {applied}{'; ' + feed.error if feed.error else ''})")
+            if wait:
+                try:
+                    with service.wait_slot(req.table), waiting.track_inprogress():
+                        for offsets in wait:
+                            _wait_for(feed, offsets, timeout_ms)
+                except HTTPException as exc:
+                    lookups.labels(req.table, "timeout" if exc.status_code == 503 else "too_many_waiters").inc()
+                    raise
             with feed.cond:
                 try:
                     found = feed.index.lookup(req.index, keys, req.as_of)
@@ -259,3 +303,11 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
         return jsonable_encoder({"rows": rows, "applied_offsets": applied})
 
     return app
+
+
+def _wait_for(feed: TableFeed, offsets: dict[int, int], timeout_ms: int) -> None:
+    if not feed.wait_applied(offsets, timeout_ms / 1000):
+        with feed.cond:
+            applied = dict(feed.index.applied)
+        raise HTTPException(503, f"table '{feed.table.name}': offsets {offsets} not applied within "
+                                 f"{timeout_ms} ms (applied: {applied}{'; ' + feed.error if feed.error else ''})")
