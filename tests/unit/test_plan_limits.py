@@ -4,6 +4,8 @@ traceback or minutes of CPU; SQL within the limits plans (timings: tests/bench/b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tidemark.engine import limits
@@ -148,3 +150,9 @@ def test_every_limit_has_a_name_a_positive_value_and_a_meaning():
         "levels of nested parentheses and CASE", "statements per script", "tables per FROM clause",
     }  # fmt: skip
     assert all(lim.value > 0 and lim.meaning for lim in limits.ALL)
+
+
+def test_every_limit_is_documented_with_its_value():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "sql.md").read_text(encoding="utf-8")
+    missing = [lim.name for lim in limits.ALL if f"| {lim.name} | {lim.value} |" not in doc]
+    assert not missing, f"docs/sql.md 'Planner limits' does not list: {missing}"
