@@ -117,19 +117,20 @@ def free_port() -> int:
 class Proc:
     """``tidemark control`` as a child process with its stderr in a file."""
 
-    def __init__(self, broker: str, topic: str, state_dir: Path, log: Path, port: int | None = None,
+    def __init__(self, broker: str | None, topic: str, state_dir: Path, log: Path, port: int | None = None,
                  job_command: list[str] | None = FAKE_JOB):
-        """``job_command=None``: the default job, the real ``tidemark run``."""
+        """``job_command=None``: the default job, the real ``tidemark run``; ``broker=None``:
+        the service starts its own embedded broker."""
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_JOB_COMMAND"}
+        env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_JOB_COMMAND", "KAFKA_BOOTSTRAP_SERVERS")}
         env["TIDEMARK_API_TOKEN"] = TOKEN
         if job_command is not None:
             env["TIDEMARK_JOB_COMMAND"] = shlex.join(job_command)
         self.log = log
         with open(log, "ab") as err:
             self.p = subprocess.Popen(
-                [TIDEMARK, "control", "--port", str(self.port), "--bootstrap-servers", broker,
+                [TIDEMARK, "control", "--port", str(self.port), *(["--bootstrap-servers", broker] if broker else []),
                  "--registry-topic", topic, "--state-dir", str(state_dir)],
                 stdout=err, stderr=err, env=env)
         self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)

@@ -117,6 +117,10 @@ def run(
         typer.Option("--index-token", envvar="TIDEMARK_INDEX_TOKEN", show_envvar=True,
                      help="Bearer token of the --index-url service (every request: registering tables, lookups, releasing fences)."),
     ] = None,
+    kafka_config: Annotated[
+        Path | None,
+        typer.Option("--kafka-config", help="librdkafka settings (key=value lines, e.g. security.protocol=SASL_SSL) for every Kafka client (source, sink, admin, dead letters, index feed)."),
+    ] = None,
     state_buckets: Annotated[
         int | None,
         typer.Option("--state-buckets", min=1,
@@ -133,7 +137,7 @@ def run(
         code = _run(
             file, bootstrap_servers, checkpoint, master, until_idle, max_records_per_trigger, name,
             trigger_interval, registry_url, log_file, verbose, status, term, index_url, index_token,
-            state_buckets=state_buckets,
+            state_buckets=state_buckets, kafka_config=kafka_config,
         )
     except TidemarkError as err:
         status.emit("error", message=str(err))
@@ -157,9 +161,12 @@ def _run(
     until_idle: bool, max_records_per_trigger: int | None, name: str | None, trigger_interval: str,
     registry_url: str | None, log_file: Path | None, verbose: bool, status: Any, term: TextIO,
     index_url: str | None = None, index_token: str | None = None, state_buckets: int | None = None,
+    kafka_config: Path | None = None,
 ) -> int:
+    from tidemark.engine.fingerprint import take_over
     from tidemark.engine.pipeline import compile_sql
     from tidemark.kafka.broker import configured_bootstrap
+    from tidemark.kafka.config import check_tables, use_config_file
     from tidemark.spark.session import check_java
 
     try:
@@ -168,12 +175,15 @@ def _run(
         raise RunUsageError(f"{file}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise RunUsageError(f"{file}: not UTF-8 text ({e.reason})") from None
+    use_config_file(str(kafka_config) if kafka_config else None)  # before any client, inherited by Spark
     try:
         pipeline = compile_sql(sql)
+        check_tables(pipeline.tables)
     except TidemarkError as e:
         raise _prefixed(e, str(file)) from None
     name = name or os.environ.get("TIDEMARK_PIPELINE") or file.stem
     checkpoint = checkpoint or os.path.join("checkpoints", name)
+    take_over(checkpoint, pipeline)  # refuses a plan that cannot read the checkpoint's state
     check_java()
 
     stop = threading.Event()

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.engine.errors import TidemarkError
+from tidemark.kafka.config import client_config
 
 COMPACTED = {"cleanup.policy": "compact"}
 
@@ -26,7 +27,7 @@ class KafkaAdminError(TidemarkError):
 def admin_client(bootstrap: str) -> AdminClient:
     # errors surface through the futures; librdkafka's own connection logs would only be
     # noise from clients that outlive a stopped test broker
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    return AdminClient({**client_config(bootstrap), "log_level": 2})
 
 
 def ensure_topics(
@@ -128,7 +129,7 @@ def end_offsets(
     counts = partition_counts(bootstrap, topics, timeout_s)
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": "tidemark-admin",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

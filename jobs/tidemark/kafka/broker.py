@@ -26,7 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from tidemark.engine.errors import TidemarkError
@@ -60,11 +60,15 @@ def docker_available() -> bool:
         return False
 
 
-def broker_answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
-    """True when a Kafka-protocol broker at ``bootstrap`` answers a metadata request."""
+def broker_answers(bootstrap: str, timeout_s: float = 1.0, settings: Mapping[str, str] | None = None) -> bool:
+    """True when a Kafka-protocol broker at ``bootstrap`` answers a metadata request, asked
+    with ``settings`` (default: the operator's ``--kafka-config``; ``{}`` for the embedded
+    broker, which speaks plaintext whatever a cluster needs)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    from tidemark.kafka.config import client_config
+
+    admin = AdminClient({**client_config(bootstrap, settings), "log_level": 0})
     try:
         admin.list_topics(timeout=timeout_s)
         return True
@@ -184,7 +188,7 @@ class EmbeddedBroker:
             bootstrap = f"127.0.0.1:{port}"
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             while time.monotonic() < deadline and proc.poll() is None:
-                if broker_answers(bootstrap, timeout_s=1.0):
+                if broker_answers(bootstrap, timeout_s=1.0, settings={}):
                     self.bootstrap_servers = bootstrap
                     self.kind = "tansu"
                     return

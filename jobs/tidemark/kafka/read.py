@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tidemark.kafka.admin import partition_counts
+from tidemark.kafka.config import client_config
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def read_topic(
     n = partition_counts(bootstrap, [topic])[topic]
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": f"tidemark-read-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

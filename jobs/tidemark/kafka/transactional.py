@@ -31,12 +31,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
 from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.config import client_config
 from tidemark.kafka.read import Record, read_topic
 
 COMMITS_TOPIC = "_tidemark_commits"
@@ -57,11 +58,12 @@ class WriteResult:
     skipped: bool
 
 
-def producer_config(bootstrap: str, **extra: object) -> dict[str, object]:
-    """Settings every Tidemark producer shares: idempotent, acks=all, and the Java
-    client's partitioner, so a key lands where Java producers/consumers expect it."""
+def producer_config(bootstrap: str, table: Mapping[str, str] | None = None, **extra: object) -> dict[str, object]:
+    """Settings every Tidemark producer shares: the operator's and the table's client
+    settings (``tidemark.kafka.config``), idempotent, acks=all, and the Java client's
+    partitioner, so a key lands where Java producers/consumers expect it."""
     conf: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
+        **client_config(bootstrap, table=table),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
@@ -73,8 +75,10 @@ def producer_config(bootstrap: str, **extra: object) -> dict[str, object]:
 
 
 class TransactionalBatchWriter:
-    def __init__(self, bootstrap: str, writer_id: str, *, commits_topic: str = COMMITS_TOPIC, timeout_s: float = 60.0):
+    def __init__(self, bootstrap: str, writer_id: str, *, commits_topic: str = COMMITS_TOPIC, timeout_s: float = 60.0,
+                 table: Mapping[str, str] | None = None):
         self.bootstrap = bootstrap
+        self.table = table  # the sink table's client settings (``properties.*``)
         self.writer_id = writer_id
         self.commits_topic = commits_topic
         self.timeout_s = timeout_s
@@ -87,7 +91,7 @@ class TransactionalBatchWriter:
         if self._producer is None:
             ensure_topics(self.bootstrap, {self.commits_topic: 1}, compacted=True)
             producer = Producer(
-                producer_config(self.bootstrap, **{"transactional.id": f"tidemark-{self.writer_id}",
+                producer_config(self.bootstrap, self.table, **{"transactional.id": f"tidemark-{self.writer_id}",
                                                    "transaction.timeout.ms": int(self.timeout_s * 1000)})
             )
             producer.init_transactions(self.timeout_s)

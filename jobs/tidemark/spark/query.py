@@ -53,7 +53,7 @@ from tidemark.spark.keyed import (
     run_keyed_stage,
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
-from tidemark.spark.source import SourceTable, read_stream, startup_options
+from tidemark.spark.source import SourceTable, client_options, read_stream, startup_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -319,7 +319,7 @@ def build_query_frame(
             src = tables[node.table]
             raw = read_stream(
                 spark, [src.topic], bootstrap, max_records_per_trigger=max_records_per_trigger,
-                **startup_options(src.table), **(source_options or {}),
+                **{**client_options(src.table), **startup_options(src.table), **(source_options or {})},
             )
 
             def build_source(target: Target, pending: list, raw: Any = raw, src: SourceTable = src) -> DataFrame:

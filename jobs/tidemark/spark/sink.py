@@ -27,6 +27,7 @@ Delivery under replay (Spark re-runs the batch it had not committed after a cras
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, zset
 from tidemark.formats import dead_letter
 from tidemark.formats.codecs import Encoder
+from tidemark.kafka.config import table_properties
 from tidemark.kafka.transactional import (
     SinkWriteError,
     TransactionalBatchWriter,
@@ -78,13 +80,19 @@ def net_upsert(changes: Iterable[Change]) -> Change | None:
 _PRODUCERS: dict[str, Any] = {}
 
 
-def _shared_producer(bootstrap: str) -> Any:
+def _producer_key(conf: dict[str, Any]) -> str:
+    return json.dumps(conf, sort_keys=True, default=str)
+
+
+def _shared_producer(conf: dict[str, Any]) -> Any:
+    """The producer of ``conf`` (built on the driver: an executor needs no settings file)."""
     from confluent_kafka import Producer
 
-    producer = _PRODUCERS.get(bootstrap)
+    key = _producer_key(conf)
+    producer = _PRODUCERS.get(key)
     if producer is None:
         _PRODUCERS.clear()  # one at a time: a producer of a broker gone away only logs
-        producer = _PRODUCERS[bootstrap] = Producer(producer_config(bootstrap))
+        producer = _PRODUCERS[key] = Producer(conf)
     return producer
 
 
@@ -116,7 +124,8 @@ class UpsertSink:
         ``groupByKey`` cost ~5x more): tag each change with its encoded Kafka key, shuffle
         by that key and sort within partitions so a key's changes are adjacent, then
         consolidate each run of one key and produce."""
-        bootstrap, table, url, topic, timeout = self.bootstrap, self.table, self.registry_url, self.topic, self.flush_timeout_s
+        table, url, topic, timeout = self.table, self.registry_url, self.topic, self.flush_timeout_s
+        conf = producer_config(self.bootstrap, table_properties(table.options))
 
         def add_key(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa
@@ -132,7 +141,7 @@ class UpsertSink:
             import pyarrow as pa
 
             encoder = Encoder(table, url)
-            producer = _shared_producer(bootstrap)
+            producer = _shared_producer(conf)
             errors: list[str] = []
             n = 0
 
@@ -167,7 +176,7 @@ class UpsertSink:
                 if producer.flush(timeout) or errors:
                     raise SinkWriteError(f"upsert sink '{topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
             except BaseException:
-                _PRODUCERS.pop(bootstrap, None)  # the task's retry starts with a fresh producer
+                _PRODUCERS.pop(_producer_key(conf), None)  # the task's retry starts with a fresh producer
                 raise
             yield pa.RecordBatch.from_pydict({"n": pa.array([n], pa.int64())})
 
@@ -194,7 +203,7 @@ class ChangelogSink:
         self.topic = topic or table.options.get("topic", table.name)
         if Encoder(table, registry_url).upsert:
             raise SinkWriteError(f"sink '{table.name}': format '{table.format}' is not a changelog format")
-        self.writer = TransactionalBatchWriter(bootstrap, writer_id)
+        self.writer = TransactionalBatchWriter(bootstrap, writer_id, table=table_properties(table.options))
         self.metrics: Counter = Counter()
 
     def write_batch(self, df: DataFrame, batch_id: int) -> WriteResult:

@@ -63,7 +63,11 @@ def consumer_config(options: dict[str, str]) -> dict[str, Any]:
     bootstrap = options.get("bootstrap.servers") or options.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise KafkaSourceError("the tidemark-kafka source needs the 'bootstrap.servers' option")
-    conf: dict[str, Any] = {
+    # pass-through of librdkafka settings (``client_options``) first: the settings below are
+    # what the source's exactly-once reading depends on
+    conf: dict[str, Any] = {key[len("kafka."):]: value for key, value in options.items()
+                            if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
+    conf |= {
         "bootstrap.servers": bootstrap,
         "group.id": options.get("group.id", "tidemark-source"),  # required, never committed
         "enable.auto.commit": False,
@@ -73,10 +77,15 @@ def consumer_config(options: dict[str, str]) -> dict[str, Any]:
         "fetch.wait.max.ms": 100,
         "log_level": 3,
     }
-    for key, value in options.items():  # pass-through of librdkafka settings
-        if key.startswith("kafka.") and key != "kafka.bootstrap.servers":
-            conf[key[len("kafka."):]] = value
     return conf
+
+
+def client_options(table: Any) -> dict[str, str]:
+    """The operator's and ``table``'s client settings (``tidemark.kafka.config``) as this
+    source's ``kafka.*`` options, resolved on the driver so executors need no settings file."""
+    from tidemark.kafka.config import file_settings, table_properties
+
+    return {f"kafka.{k}": str(v) for k, v in {**file_settings(), **table_properties(table.options)}.items()}
 
 
 def plan_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:

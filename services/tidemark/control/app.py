@@ -34,6 +34,7 @@ from tidemark.control.models import (
 )
 from tidemark.control.registry_kafka import RegistryUnavailable
 from tidemark.control.registry_log import PipelineRecord
+from tidemark.control.upgrade import PipelineUpdate
 from tidemark.control.topic_rules import TopicRuleViolation
 from tidemark.version import tidemark_version
 
@@ -158,6 +159,15 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
              responses=_errors(401, 404, 422, 503))
     def get_pipeline(name: PipelineName) -> dict:
         return _view(controller.get(name))
+
+    @app.put("/v1/pipelines/{name}", response_model=PipelineCreated, dependencies=v1,
+             responses=_errors(400, 401, 404, 409, 413, 415, 422, 502, 503),
+             summary="Change the pipeline's SQL and options, keeping its state when the change allows it "
+                     "(409 says why not; fresh_start drops it); a running job restarts with the new version")
+    def update_pipeline(name: PipelineName, body: PipelineUpdate) -> dict:
+        plan = planning.explain(body.sql)
+        rec = controller.update(name, body.sql, body.options.model_dump(), body.fresh_start)
+        return {**_view(rec), "plan": plan}
 
     @app.delete("/v1/pipelines/{name}", status_code=204, dependencies=v1, responses=_errors(401, 404, 422, 503),
                 summary="Stop the pipeline's job and remove it from the registry")

@@ -23,10 +23,11 @@ log = logging.getLogger("tidemark.control")
 
 @contextlib.contextmanager
 def _broker(bootstrap_servers: str | None):
-    """The given brokers, else KAFKA_BOOTSTRAP_SERVERS, else the project's embedded broker."""
+    """The given brokers, else KAFKA_BOOTSTRAP_SERVERS, else the project's embedded broker;
+    yields (servers, whether they are the embedded broker's)."""
     servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if servers:
-        yield servers
+        yield servers, False
         return
     try:
         from tidemark.kafka.broker import embedded_broker
@@ -35,8 +36,21 @@ def _broker(bootstrap_servers: str | None):
             "no --bootstrap-servers given and the embedded broker (tidemark.kafka.broker) is not available: "
             f"{exc}", param_hint="--bootstrap-servers") from exc
     with embedded_broker() as servers:
-        log.info("embedded broker at %s (memory only: the registry is lost when it stops)", servers)
-        yield servers
+        log.info("embedded broker at %s (memory only: the registry survives as a copy in the state dir)", servers)
+        yield servers, True
+
+
+def _registry_copy(path: Path) -> Path:
+    """The registry copy the embedded broker's registry is restored from; an unreadable one
+    stops the service (exit 2) instead of being overwritten by an empty registry."""
+    from tidemark.control.registry_snapshot import RegistrySnapshot
+
+    try:
+        RegistrySnapshot(path).load()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return path
 
 
 def control(
@@ -60,6 +74,8 @@ def control(
     insecure_dev: Annotated[bool, typer.Option(
         "--insecure-dev", metavar="",
         help="Run without a bearer token (dev only; loopback --host only): TIDEMARK_API_TOKEN is then not needed")] = False,
+    kafka_config: Annotated[Path | None, typer.Option(
+        help="librdkafka settings (key=value lines, e.g. security.protocol=SASL_SSL) for every Kafka client (registry, admin, index service, and the jobs it starts)")] = None,
 ) -> None:
     """Start the control service: REST API, pipeline registry, job supervision.
 
@@ -70,6 +86,7 @@ def control(
     from tidemark.control.app import create_app
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings
+    from tidemark.kafka.config import KafkaConfigError, use_config_file
     from tidemark.service_cli import bearer_token
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -81,11 +98,18 @@ def control(
     if index_url is None and master and not master.startswith("local"):
         log.warning("--master without --index-url: delta-join pipelines get an index service on this "
                     "machine's loopback, which executors on other machines cannot reach")
-    with _broker(bootstrap_servers) as servers:
+    try:
+        use_config_file(str(kafka_config) if kafka_config else None)  # inherited by the jobs it starts
+    except KafkaConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    registry_copy = _registry_copy(state_dir.resolve() / "registry.json")
+    with _broker(bootstrap_servers) as (servers, embedded):
         settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,
                                    registry_topic=registry_topic, service_id=service_id, spark_master=master,
                                    checkpoint_root=checkpoint_root, lease_ttl_s=lease_ttl, index_url=index_url,
-                                   max_pipelines=max_pipelines, max_registry_sql_bytes=max_registry_sql_bytes)
+                                   max_pipelines=max_pipelines, max_registry_sql_bytes=max_registry_sql_bytes,
+                                   registry_copy=registry_copy if embedded else None)
         try:
             controller = Controller(settings)
         except StateDirInUse as exc:

@@ -27,11 +27,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tidemark.control import planning, topic_rules
+from tidemark.control import planning, topic_rules, upgrade
 from tidemark.control.indexes import IndexBinding, IndexRegistrar
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
 from tidemark.control.registry_log import LEASE_PREFIX, Lease, LeaseRecord, PipelineRecord
 from tidemark.control.registry_signing import signing_key
+from tidemark.control.registry_snapshot import RegistrySnapshot, orphaned_checkpoints
 from tidemark.control.settings import ControlSettings
 from tidemark.control.status_channel import JobProgress
 from tidemark.control.supervisor import JobSpec, JobSupervisor
@@ -63,9 +64,12 @@ class UnsafePath(Exception):
 
 
 def job_argv(base: list[str], sql_file: Path, bootstrap_servers: str, checkpoint: str,
-             master: str | None, until_idle: bool, max_records_per_trigger: int | None = None) -> list[str]:
+             master: str | None, until_idle: bool, max_records_per_trigger: int | None = None,
+             kafka_config: str | None = None) -> list[str]:
     """The job's command line as a list: user text (the SQL) only ever travels in a file."""
     argv = [*base, str(sql_file), "--bootstrap-servers", bootstrap_servers, "--checkpoint", checkpoint]
+    if kafka_config:
+        argv += ["--kafka-config", kafka_config]
     if master:
         argv += ["--master", master]
     if until_idle:
@@ -100,6 +104,10 @@ class Controller:
         self._renewed_at: dict[str, float] = {}
         self._confirmed_until: dict[str, float] = {}
         self._started_version: dict[str, int] = {}
+        self._started_config: dict[str, tuple[str, dict[str, Any]]] = {}  # the SQL and options a job runs
+        self._copy = RegistrySnapshot(settings.registry_copy) if settings.registry_copy else None
+        self._copy_lock = threading.Lock()  # API handlers and the supervisors' callbacks persist
+        self._orphans_reported = False
         self._mutex = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
@@ -114,7 +122,47 @@ class Controller:
 
     def start(self) -> None:
         self.registry.start()
+        if self._copy is not None:
+            self._restore()
         self._thread.start()
+
+    def _restore(self, timeout_s: float = 60.0) -> None:
+        """Write the kept copy's pipelines into a registry that lacks them (a fresh embedded
+        broker), before the API answers, so a restart lists what it listed before."""
+        assert self._copy is not None
+        deadline = time.monotonic() + timeout_s
+        while not self.registry.loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.registry.loaded:
+            log.warning("registry not loaded within %.0f s: pipelines of %s not restored", timeout_s, self._copy.path)
+            return
+        known = self.registry.read(lambda s: set(s.pipelines))
+        missing = [rec for rec in self._copy.load() if rec.name not in known]
+        for rec in missing:
+            self.registry.write(rec.name, rec.to_value())
+        log.info("restored %d pipeline(s) from %s", len(missing), self._copy.path)
+        self._persist()
+
+    def _persist(self) -> None:
+        """After every accepted change: the registry's pipelines into the kept copy."""
+        if self._copy is not None:
+            with self._copy_lock:
+                self._copy.save(self._records())
+
+    def _records(self) -> list[PipelineRecord]:
+        return self.registry.read(lambda s: list(s.pipelines.values()))
+
+    def _report_orphans(self) -> None:
+        """Once, with the registry loaded: checkpoints of no registered pipeline, in one line.
+        They are never deleted here: they may be the only copy of someone's state."""
+        self._orphans_reported = True
+        if "://" in self._checkpoint_root():
+            return
+        expected = {Path(self._checkpoint(rec)).name for rec in self._records()}
+        orphans = orphaned_checkpoints(Path(self._checkpoint_root()), expected)
+        if orphans:
+            log.warning("%d checkpoint(s) belong to no registered pipeline (kept; delete them if unneeded): %s",
+                        len(orphans), ", ".join(f"{p.name} ({p})" for p in orphans))
 
     def close(self) -> None:
         """Stop every local job and hand their leases back, so another service (or this one,
@@ -146,6 +194,8 @@ class Controller:
             if not self.registry.loaded:
                 continue
             try:
+                if not self._orphans_reported:
+                    self._report_orphans()
                 self.reconcile_once()
             except RegistryUnavailable as exc:
                 log.warning("reconcile: %s", exc)
@@ -175,6 +225,11 @@ class Controller:
                 continue  # the previous incarnation's job is still stopping
             holder = holders.get(name)
             sup = self.supervisors.get(name)
+            if sup is not None and sup.alive and not sup.stopping and self._started_config.get(name) != (
+                    rec.sql, rec.options or {}):
+                log.info("pipeline %s: changed (version %d); restarting its job with the new version",
+                         name, rec.version)
+                sup.stop(wait=False)  # started again below once it is gone (its version is newer)
             if sup is not None and sup.alive and (sup.stopping or rec.desired != "running"):
                 # keep the lease until the job is really gone, so nobody else starts it meanwhile
                 sup.stop(wait=False)
@@ -253,6 +308,9 @@ class Controller:
             return f"{self.settings.checkpoint_root.rstrip('/')}/{leaf}"
         return str(self._inside_state_dir(self.settings.state_dir / "checkpoints" / leaf))
 
+    def _checkpoint_root(self) -> str:
+        return (self.settings.checkpoint_root or str(self.settings.state_dir / "checkpoints")).rstrip("/")
+
     def _start_local(self, rec: PipelineRecord) -> None:
         with self._mutex:
             try:
@@ -266,7 +324,7 @@ class Controller:
             options = rec.options or {}
             argv = job_argv(self.settings.job_command, sql_file, self.settings.bootstrap_servers, checkpoint,
                             self.settings.spark_master, bool(options.get("until_idle")),
-                            options.get("max_records_per_trigger"))
+                            options.get("max_records_per_trigger"), self.settings.kafka_config)
             spec = JobSpec(name=rec.name, argv=argv, workdir=workdir,
                            env={"TIDEMARK_PIPELINE_UID": rec.uid},
                            restart=bool(options.get("restart")),
@@ -279,6 +337,7 @@ class Controller:
                                 lease_deadline=lambda: self._confirmed_until.get(rec.name, 0.0))
             self.supervisors[rec.name] = sup
             self._started_version[rec.name] = rec.version
+            self._started_config[rec.name] = (rec.sql, options)
             sup.start()
             log.info("pipeline %s: started locally (owner %s)", rec.name, self.service_id)
 
@@ -300,6 +359,7 @@ class Controller:
         sup = self.supervisors.pop(name)
         self._progress.pop(name, None)
         self._started_version.pop(name, None)
+        self._started_config.pop(name, None)
         self._confirmed_until.pop(name, None)
         self._renewed_at.pop(name, None)
         try:
@@ -336,6 +396,7 @@ class Controller:
         if not self.registry.outcome(rec.request_id):
             self._repair(name, offset)
             raise Conflict(f"pipeline '{name}' already exists")
+        self._persist()
         return rec, binding
 
     def _check_topics(self, name: str, pipeline: Pipeline, others: dict[str, PipelineRecord]) -> None:
@@ -365,9 +426,41 @@ class Controller:
                           updated_at=time.time(), ever_started=cur.ever_started or desired == "running")
             offset = self.registry.write(name, rec.to_value())
             if self.registry.outcome(rec.request_id):
+                self._persist()
                 return rec
             self._repair(name, offset)
         raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
+
+    def update(self, name: str, sql: str, options: dict[str, Any], fresh_start: bool) -> PipelineRecord:
+        """Change a pipeline's SQL and options (``upgrade``). A change its state cannot serve is
+        a Conflict unless ``fresh_start``, which gives it a new uid: a new checkpoint, read
+        from the sources' start position. A running job restarts with the new version."""
+        others, sql_bytes = self.registry.read(lambda s: (dict(s.pipelines), s.sql_bytes))
+        cur = others.pop(name, None)
+        if cur is None:
+            raise NotFound(f"no pipeline named '{name}'")
+        pipeline = planning.compile_pipeline(sql)
+        self._check_topics(name, pipeline, others)
+        self._check_limits(len(others) + 1, sql_bytes - len(cur.sql.encode()) + len(sql.encode()))
+        self._check_upgrade(cur, pipeline, fresh_start)  # refused: nothing registered anywhere
+        self.indexes.ensure(name, pipeline)
+        for _ in range(5):
+            cur = self.get(name)
+            self._check_upgrade(cur, pipeline, fresh_start)
+            rec = replace(cur, sql=sql, options=options, version=cur.version + 1,
+                          uid=uuid.uuid4().hex if fresh_start else cur.uid,
+                          request_id=self.registry.new_request_id(), updated_at=time.time())
+            offset = self.registry.write(name, rec.to_value())
+            if self.registry.outcome(rec.request_id):
+                self._persist()
+                return rec
+            self._repair(name, offset)
+        raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
+
+    def _check_upgrade(self, cur: PipelineRecord, pipeline: Pipeline, fresh_start: bool) -> None:
+        reason = None if fresh_start else upgrade.incompatibility(cur, self._checkpoint(cur), pipeline)
+        if reason is not None:
+            raise Conflict(reason)
 
     def _repair(self, name: str, lost_offset: int) -> None:
         """A rejected write must not be the last record under its key: compaction would keep
@@ -384,6 +477,7 @@ class Controller:
         service reads the tombstone."""
         self.get(name)
         self.registry.write(name, None)
+        self._persist()
         deadline = time.monotonic() + self.settings.job_stop_timeout_s + 10
         while True:
             self.reconcile_once()

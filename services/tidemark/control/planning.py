@@ -62,9 +62,12 @@ def compile_pipeline(sql: str) -> Pipeline:
 def _compile(sql: str) -> Pipeline:
     from tidemark.engine.errors import TidemarkError
     from tidemark.engine.pipeline import compile_sql
+    from tidemark.kafka.config import check_tables
 
     try:
-        return compile_sql(sql)
+        pipeline = compile_sql(sql)
+        check_tables(pipeline.tables)  # 'properties.*' confluent-kafka refuses, naming the table
+        return pipeline
     except TidemarkError as err:
         raise PlanRejected(str(err), type(err).__name__) from err
     except RecursionError as err:  # absurdly nested SQL from a client must not be a 500

@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tidemark.control import registry_signing
 from tidemark.control.registry_log import RegistryState
 from tidemark.control.registry_signing import SigningKey
+from tidemark.kafka.config import client_config
 
 log = logging.getLogger("tidemark.control.registry")
 
@@ -52,7 +53,7 @@ class KafkaRegistry:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        common = {"bootstrap.servers": bootstrap_servers, "client.id": "tidemark-control", "logger": log}
+        common = {"client.id": "tidemark-control", **client_config(bootstrap_servers), "logger": log}
         self._admin = AdminClient(common)
         self._producer = Producer({**common, "acks": "all", "linger.ms": 0, "batch.num.messages": 1,
                                    "message.timeout.ms": int(timeout_s * 1000)})
@@ -109,9 +110,9 @@ class KafkaRegistry:
     def _tail(self) -> None:
         if self._stop.is_set():
             return
-        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": "tidemark-control-unused",
-                             "enable.auto.commit": False, "enable.partition.eof": False,
-                             "client.id": "tidemark-control", "logger": log})
+        consumer = Consumer({"client.id": "tidemark-control", **client_config(self.bootstrap_servers),
+                             "group.id": "tidemark-control-unused", "enable.auto.commit": False,
+                             "enable.partition.eof": False, "logger": log})
         self._consumer = consumer
         tp = TopicPartition(self.topic, 0)
         _, high = consumer.get_watermark_offsets(tp, timeout=self.timeout_s)

@@ -51,3 +51,7 @@ class ControlSettings:
     max_registry_sql_bytes: int = 64 * 1024 * 1024
     job_stop_timeout_s: float = 20.0
     restart_backoff_base_s: float = 1.0
+    #: ``--kafka-config``: librdkafka settings of every client, passed on to the jobs
+    kafka_config: str | None = field(default_factory=lambda: os.environ.get("TIDEMARK_KAFKA_CONFIG") or None)
+    #: a copy of the registry kept in the state dir (the embedded broker forgets it); None: none
+    registry_copy: Path | None = None

@@ -35,6 +35,7 @@ def index(
     insecure_dev: Annotated[bool, typer.Option(
         "--insecure-dev", metavar="",
         help="Run without a bearer token (dev only; loopback --host only): TIDEMARK_INDEX_TOKEN is then not needed")] = False,
+    kafka_config: Annotated[Path | None, typer.Option(help="librdkafka settings (key=value lines, e.g. security.protocol=SASL_SSL) for every Kafka client")] = None,
 ) -> None:
     """Start the index service: follows source topics, answers batched lookups.
 
@@ -44,6 +45,7 @@ def index(
     /openapi.json need no token.
     """
     from tidemark.index.app import IndexService, TableRegistration, create_app
+    from tidemark.kafka.config import KafkaConfigError, use_config_file
     from tidemark.service_cli import bearer_token
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -52,6 +54,11 @@ def index(
     if not servers:
         typer.echo("error: give --bootstrap-servers (or set KAFKA_BOOTSTRAP_SERVERS)", err=True)
         raise typer.Exit(2)
+    try:
+        use_config_file(str(kafka_config) if kafka_config else None)
+    except KafkaConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     service = IndexService(servers, max_wait_ms=max_wait_ms, max_waiters=max_waiters)
     for path in table or []:
         try:

@@ -32,6 +32,7 @@ from tidemark.formats import DecodeError, decoder_for
 from tidemark.index_client.local import index_for
 from tidemark.index_client.store import TableIndex
 from tidemark.kafka.admin import end_offsets
+from tidemark.kafka.config import client_config, table_properties
 
 log = logging.getLogger("tidemark.index.feed")
 
@@ -89,7 +90,7 @@ class TableFeed:
                     self.index.mark_applied(p, 0)
                 self.cond.notify_all()
             consumer = Consumer({
-                "bootstrap.servers": self.bootstrap,
+                **client_config(self.bootstrap, table=table_properties(self.table.options)),
                 "group.id": f"tidemark-index-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
