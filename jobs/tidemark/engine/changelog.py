@@ -42,6 +42,19 @@ class Change(NamedTuple):
         return self.kind in ADDS
 
 
+def order_key(pos: Pos, is_add: bool, row: Row) -> tuple:
+    """THE canonical order of changes, defined once: source position, then retractions
+    before adds at one position (the ``-U`` of an update precedes its ``+U``), then the
+    row's ``repr`` so that even full ties never depend on arrival order. ``ChangeBatch``
+    sorts by the same key (``tidemark.engine.batch``)."""
+    return (pos, is_add, repr(row))
+
+
+def canonical_key(change: Change) -> tuple:
+    """``order_key`` of a change: ``sorted(changes, key=canonical_key)``."""
+    return order_key(change.pos, change.kind in ADDS, change.row)
+
+
 def weight(kind: str) -> int:
     return 1 if kind in ADDS else -1
 

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from tidemark.engine.changelog import Change
+from tidemark.engine.changelog import Change, canonical_key
 from tidemark.engine.errors import InputError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import BatchContext, wakeup_of
@@ -57,9 +57,9 @@ def apply_to_table(
         for row, w in weight.items():
             if w == 0:
                 continue
-            same = sorted((c for c in cs if c.row == row and (c.weight > 0) == (w > 0)), key=lambda c: c.pos)
+            same = sorted((c for c in cs if c.row == row and (c.weight > 0) == (w > 0)), key=canonical_key)
             remaining.extend(same[-abs(w):])
-        remaining.sort(key=lambda c: (c.pos, c.weight))  # retractions (-1) before adds at one pos
+        remaining.sort(key=canonical_key)
         for c in remaining:
             if c.weight > 0:
                 table[key] = c.row

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, zset
+from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, canonical_key, zset
 from tidemark.formats import dead_letter
 from tidemark.formats.codecs import Encoder
 from tidemark.kafka.transactional import (
@@ -62,7 +62,7 @@ def net_upsert(changes: Iterable[Change]) -> Change | None:
         w = remaining.get(c.row, 0)
         if w == 0 or (w > 0) != (c.kind in ADDS):
             continue
-        rank = (tuple(c.pos), c.kind in ADDS, repr(c.row))
+        rank = canonical_key(c)
         if best is None or rank > best[0]:
             best = (rank, c)
     assert best is not None
