@@ -24,31 +24,10 @@ from pathlib import Path
 from tidemark.engine.changelog import Change
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
-from tidemark.formats.codecs import decoder_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_reference import decoded_batches  # noqa: E402
 from workloads import Workload, generate  # noqa: E402
-
-
-def decoded_batches(workload: Workload, batch_size: int) -> list[dict[str, list[Change]]]:
-    """The workload's records decoded as ``replay_reference`` does, cut into batches."""
-    pipeline = compile_sql(workload.tidemark_sql)
-    batches: list[dict[str, list[Change]]] = []
-    batch: dict[str, list[Change]] = {}
-    n = pos = 0
-    for table, path in workload.tables.items():
-        decoder = decoder_for(pipeline.sources[table])
-        with open(path, "rb") as f:
-            for line in f:
-                pos += 1
-                batch.setdefault(table, []).extend(decoder.decode(None, line.rstrip(b"\n"), (pos,)))
-                n += 1
-                if n >= batch_size:
-                    batches.append(batch)
-                    batch, n = {}, 0
-    if batch:
-        batches.append(batch)
-    return batches
 
 
 def time_replay(workload: Workload, batches: list[dict[str, list[Change]]]) -> float:
