@@ -98,12 +98,16 @@ class PerKeyAdapter:
                 if t <= ctx.now_ms and group not in groups:
                     groups[group] = [[] for _ in range(n)]
         emitted: list[Change] = []
+        call = self.call_key
         for group, lists in groups.items():
-            entry = states.get(group)
-            key, current = (entry if entry is not None else (None, None)) if timers else (None, entry)
+            if timers:
+                entry = states.get(group)
+                key, current = entry if entry is not None else (None, None)
+            else:
+                key, current = None, states.get(group)
             if key is None:
                 key = group if by_group else _key_of_first(stage, lists)
-            new_state, out = self.call_key(key, lists, current, ctx)
+            new_state, out = call(key, lists, current, ctx)
             if new_state is None:
                 states.pop(group, None)
             else:

@@ -59,9 +59,10 @@ def apply_to_table(
         for row, w in weight.items():
             if w == 0:
                 continue
-            same = sorted((c for c in cs if c.row == row and (c.weight > 0) == (w > 0)), key=canonical_key)
+            same = sorted((c for c in cs if c.row == row and (c.weight > 0) == (w > 0)), key=lambda c: c.pos)
             remaining.extend(same[-abs(w):])
-        remaining.sort(key=canonical_key)
+        if len(remaining) > 1:
+            remaining.sort(key=canonical_key)
         for c in remaining:
             if c.weight > 0:
                 table[key] = c.row
