@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import KIND, WEIGHT, ChangeBatch
-from tidemark.engine.changelog import Change, canonical_key, zset
+from tidemark.engine.changelog import Change, canonical_key, canonical_sorted, zset
 from tidemark.engine.types import array_of, make_type, map_of, row_of
 
 
@@ -112,7 +112,9 @@ _changes = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(_changes)
 def test_vectorized_order_agrees_with_canonical_key(cs):
-    assert ChangeBatch.from_changes(cs).sorted().changes() == sorted(cs, key=canonical_key)
+    expected = sorted(cs, key=canonical_key)
+    assert ChangeBatch.from_changes(cs).sorted().changes() == expected
+    assert canonical_sorted(cs) == expected  # the per-key paths' shortcut, too
 
 
 # ---------------------------------------------------------------------- consolidation

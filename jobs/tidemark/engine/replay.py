@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tidemark.engine.batch import ChangeBatch
-from tidemark.engine.changelog import Change, canonical_key
+from tidemark.engine.changelog import Change, canonical_sorted
 from tidemark.engine.driver import BatchStage, Bucket, batch_stage
 from tidemark.engine.errors import InputError
 from tidemark.engine.pipeline import Pipeline
@@ -62,7 +62,7 @@ def apply_to_table(
             same = sorted((c for c in cs if c.row == row and (c.weight > 0) == (w > 0)), key=lambda c: c.pos)
             remaining.extend(same[-abs(w):])
         if len(remaining) > 1:
-            remaining.sort(key=canonical_key)
+            remaining = canonical_sorted(remaining)
         for c in remaining:
             if c.weight > 0:
                 table[key] = c.row

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, canonical_key, diff_to_changes
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, canonical_sorted, diff_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -301,7 +301,7 @@ class GroupAggregate:
         none did)."""
         sim: GroupState | None = st
         prev, first, last = old, None, None
-        for c in sorted(changes, key=canonical_key):
+        for c in canonical_sorted(changes):
             w = c.weight
             if sim is None:
                 if w < 0:

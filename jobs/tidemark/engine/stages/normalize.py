@@ -41,7 +41,7 @@ from tidemark.engine.changelog import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
     Change,
-    canonical_key,
+    canonical_sorted,
 )
 from tidemark.engine.stage import BatchContext
 
@@ -64,7 +64,7 @@ class Normalize:
     ) -> tuple[tuple | None, list[Change]]:
         records = inputs[0]
         if len(records) > 1:
-            records = sorted((c for c in records if c.kind != UPDATE_BEFORE), key=canonical_key)
+            records = canonical_sorted(c for c in records if c.kind != UPDATE_BEFORE)
         elif records and records[0].kind == UPDATE_BEFORE:
             return state, []
         if not records:

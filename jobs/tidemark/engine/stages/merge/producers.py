@@ -27,7 +27,7 @@ from tidemark.engine.changelog import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
     Change,
-    canonical_key,
+    canonical_sorted,
 )
 
 
@@ -52,7 +52,7 @@ def full_diff(old: tuple | None, new: tuple | None, pos: tuple, dedupe: bool) ->
 
 
 def input_records(records: Sequence[Change]) -> list[Change]:
-    return sorted(records, key=canonical_key)
+    return canonical_sorted(records)
 
 
 def barrier_due(dirty_since_ms: int, now_ms: int, interval_ms: int) -> bool:
