@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import KIND, WEIGHT, ChangeBatch
-from tidemark.engine.changelog import Change, canonical_key, canonical_sorted, zset
+from tidemark.engine.changelog import Change, canonical_key, canonical_sorted, sorted_ops, zset
 from tidemark.engine.types import array_of, make_type, map_of, row_of
 
 
@@ -115,6 +115,8 @@ def test_vectorized_order_agrees_with_canonical_key(cs):
     expected = sorted(cs, key=canonical_key)
     assert ChangeBatch.from_changes(cs).sorted().changes() == expected
     assert canonical_sorted(cs) == expected  # the per-key paths' shortcut, too
+    ops = [(c.pos, c.kind in ("+I", "+U"), c.row) for c in cs]
+    assert sorted_ops(ops) == [(c.pos, c.kind in ("+I", "+U"), c.row) for c in expected]
 
 
 # ---------------------------------------------------------------------- consolidation

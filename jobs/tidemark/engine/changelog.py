@@ -13,7 +13,8 @@ offset)``). "Latest" always means the greater position, never the later arrival.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import NamedTuple
 
 INSERT = "+I"
@@ -56,20 +57,34 @@ def canonical_key(change: Change) -> tuple:
 
 
 def canonical_sorted(changes: Iterable[Change]) -> list[Change]:
-    """``sorted(changes, key=canonical_key)``, paying for the ``repr`` tiebreak only when
-    two changes tie on position and sign: sorting by those first is stable, so when no
-    two tie the order is already the canonical one (and ``repr`` of a row is the costly
-    part: several times the rest of the key)."""
-    out = sorted(changes, key=_position_and_sign)
+    """``sorted(changes, key=canonical_key)``, cheaper (see ``_sorted_by_order``)."""
+    return _sorted_by_order(changes, _position_and_sign, canonical_key)
+
+
+def sorted_ops(ops: Iterable[tuple[Pos, bool, Row]]) -> list[tuple[Pos, bool, Row]]:
+    """``(pos, is_add, row)`` triples in the canonical order (``order_key``), cheaper (see
+    ``_sorted_by_order``)."""
+    return _sorted_by_order(ops, itemgetter(0, 1), _op_order_key)
+
+
+def _sorted_by_order(items: Iterable, position_and_sign: Callable, full_key: Callable) -> list:
+    """Sort by position and sign first, and by the full canonical key only when two items
+    tie on both: the sort is stable, so without ties the order already is the canonical
+    one, and the ``repr`` of a row costs several times the rest of the key."""
+    out = sorted(items, key=position_and_sign)
     for a, b in zip(out, out[1:]):
-        if a.pos == b.pos and (a.kind in ADDS) == (b.kind in ADDS):
-            out.sort(key=canonical_key)
+        if position_and_sign(a) == position_and_sign(b):
+            out.sort(key=full_key)
             break
     return out
 
 
 def _position_and_sign(change: Change) -> tuple:
     return (change.pos, change.kind in ADDS)
+
+
+def _op_order_key(op: tuple[Pos, bool, Row]) -> tuple:
+    return order_key(*op)
 
 
 def weight(kind: str) -> int:
