@@ -57,26 +57,31 @@ def canonical_key(change: Change) -> tuple:
 
 
 def canonical_sorted(changes: Iterable[Change]) -> list[Change]:
-    """``sorted(changes, key=canonical_key)``, cheaper (see ``_sorted_by_order``)."""
-    return _sorted_by_order(changes, _position_and_sign, canonical_key)
+    """``sorted(changes, key=canonical_key)``, cheaper (see ``sorted_by_order``)."""
+    return sorted_by_order(changes, _position_and_sign, canonical_key)
 
 
 def sorted_ops(ops: Iterable[tuple[Pos, bool, Row]]) -> list[tuple[Pos, bool, Row]]:
     """``(pos, is_add, row)`` triples in the canonical order (``order_key``), cheaper (see
-    ``_sorted_by_order``)."""
-    return _sorted_by_order(ops, itemgetter(0, 1), _op_order_key)
+    ``sorted_by_order``)."""
+    return sorted_by_order(ops, itemgetter(0, 1), _op_order_key)
 
 
-def _sorted_by_order(items: Iterable, position_and_sign: Callable, full_key: Callable) -> list:
-    """Sort by position and sign first, and by the full canonical key only when two items
-    tie on both: the sort is stable, so without ties the order already is the canonical
-    one, and the ``repr`` of a row costs several times the rest of the key."""
-    out = sorted(items, key=position_and_sign)
-    for a, b in zip(out, out[1:]):
-        if position_and_sign(a) == position_and_sign(b):
-            out.sort(key=full_key)
-            break
-    return out
+def sorted_by_order(items: Iterable, coarse_key: Callable, full_key: Callable) -> list:
+    """``sorted(items, key=full_key)`` where ``full_key`` is the canonical order and
+    ``coarse_key`` the same without its ``repr`` tiebreak: sorts by the coarse key, and by
+    the full one only when two items tie on it. The sort is stable, so without ties the
+    order already is the canonical one, and ``repr`` of a row costs several times the rest
+    of the key."""
+    items = list(items)
+    if len(items) < 2:
+        return items
+    keys = [coarse_key(x) for x in items]
+    order = sorted(range(len(items)), key=keys.__getitem__)
+    for a, b in zip(order, order[1:]):
+        if keys[a] == keys[b]:
+            return sorted(items, key=full_key)
+    return [items[i] for i in order]
 
 
 def _position_and_sign(change: Change) -> tuple:
