@@ -72,16 +72,16 @@ def sorted_by_order(items: Iterable, coarse_key: Callable, full_key: Callable) -
     ``coarse_key`` the same without its ``repr`` tiebreak: sorts by the coarse key, and by
     the full one only when two items tie on it. The sort is stable, so without ties the
     order already is the canonical one, and ``repr`` of a row costs several times the rest
-    of the key."""
-    items = list(items)
-    if len(items) < 2:
-        return items
-    keys = [coarse_key(x) for x in items]
-    order = sorted(range(len(items)), key=keys.__getitem__)
-    for a, b in zip(order, order[1:]):
-        if keys[a] == keys[b]:
-            return sorted(items, key=full_key)
-    return [items[i] for i in order]
+    of the key (and most lists sorted here hold one or two changes)."""
+    out = sorted(items, key=coarse_key)
+    previous = None  # no coarse key is None
+    for item in out:
+        key = coarse_key(item)
+        if key == previous:
+            out.sort(key=full_key)
+            break
+        previous = key
+    return out
 
 
 def _position_and_sign(change: Change) -> tuple:
