@@ -1,6 +1,6 @@
 """Merge engine sink stage: rows/s per engine and state bytes per primary key.
 
-Drives the stage the way a host does (group a batch by key, one ``process_key`` per key,
+Drives the stage through the hosts' driver loop (group a batch by key, one ``process_key`` per key,
 state in a dict) with a fixed pseudo-random workload, and reports the throughput of the
 stage alone and the pickled size of one key's state (what Spark's state store would keep).
 
@@ -15,7 +15,9 @@ import random
 import statistics
 import time
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge_engine import build_merge_engine
 
@@ -76,20 +78,11 @@ def workload(rows: int, keys: int, batch_size: int, retracts: bool, seed: int = 
 
 def run(options: dict[str, str], retracts: bool, batches: list[list[Change]]) -> tuple[float, dict]:
     stage = build_merge_engine("bench", COLUMNS, (0,), options, retracts)
-    state: dict = {}
+    adapter, bucket = PerKeyAdapter(stage), Bucket()
     start = time.perf_counter()
     for batch_id, batch in enumerate(batches):
-        groups: dict[tuple, list[Change]] = {}
-        for c in batch:
-            groups.setdefault(stage.key_of(c, 0), []).append(c)
-        ctx = BatchContext(batch_id=batch_id)
-        for key, records in groups.items():
-            new, _ = stage.process_key(key, [records], state.get(key), ctx)
-            if new is None:
-                state.pop(key, None)
-            else:
-                state[key] = new
-    return time.perf_counter() - start, state
+        bucket, _ = adapter.process_batch([ChangeBatch(changes=batch)], bucket, BatchContext(batch_id=batch_id))
+    return time.perf_counter() - start, bucket.states
 
 
 def main() -> None:

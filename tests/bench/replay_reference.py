@@ -24,8 +24,17 @@ def replay_table(workload: Workload, variant: str | None = None, batch_size: int
     """Run ``workload`` (Tidemark variant ``variant``, default the first) through the replay
     host and return its sink table (sink PK tuple -> row tuple)."""
     sql = workload.tidemark_variants[variant] if variant else workload.tidemark_sql
-    pipeline = compile_sql(sql)
-    host = ReplayHost(pipeline)
+    host = ReplayHost(compile_sql(sql))
+    for batch in decoded_batches(workload, batch_size, sql):
+        host.run_batch(batch, now_ms=0)
+    return host.table()
+
+
+def decoded_batches(workload: Workload, batch_size: int = 5_000, sql: str | None = None) -> list[dict[str, list[Change]]]:
+    """The workload's records decoded (for pipeline ``sql``, default the first variant's),
+    ``batch_size`` records per batch: table name -> changes."""
+    pipeline = compile_sql(sql or workload.tidemark_sql)
+    batches: list[dict[str, list[Change]]] = []
     batch: dict[str, list[Change]] = {}
     n = 0
     pos = 0
@@ -37,8 +46,8 @@ def replay_table(workload: Workload, variant: str | None = None, batch_size: int
                 batch.setdefault(table, []).extend(decoder.decode(None, line.rstrip(b"\n"), (pos,)))
                 n += 1
                 if n >= batch_size:
-                    host.run_batch(batch, now_ms=0)
+                    batches.append(batch)
                     batch, n = {}, 0
     if batch:
-        host.run_batch(batch, now_ms=0)
-    return host.table()
+        batches.append(batch)
+    return batches

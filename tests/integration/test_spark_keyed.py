@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.errors import ConflictError
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import AggCall, GroupAggregate
@@ -36,34 +38,26 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class PyHost:
-    """The reference: one stage, state in a dict, one process_key call per key per batch."""
+    """The reference: one stage in plain Python through the driver loop the replay host
+    uses (one bucket of state in memory, one process_key call per key per batch)."""
 
     def __init__(self, stage):
         self.stage = stage
-        self.state: dict = {}
+        self.adapter = PerKeyAdapter(stage)
+        self.bucket = Bucket()
         self.metrics: Counter = Counter()
         self.batch_id = 0
 
+    @property
+    def state(self) -> dict:
+        return self.bucket.states
+
     def run(self, inputs: list[list[Change]], now_ms: int = 0) -> list[Change]:
-        stage = self.stage
-        groups: dict[tuple, list[list[Change]]] = {}
-        for index, changes in enumerate(inputs):
-            for c in changes:
-                groups.setdefault(stage.key_of(c, index), [[] for _ in range(stage.n_inputs)])[
-                    index
-                ].append(c)
-        out: list[Change] = []
-        for key, lists in groups.items():
-            ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms)
-            new, emitted = stage.process_key(key, lists, self.state.get(key), ctx)
-            if new is None:
-                self.state.pop(key, None)
-            else:
-                self.state[key] = new
-            self.metrics.update({f"{stage.name}.{k}": v for k, v in ctx.metrics.items()})
-            out.extend(emitted)
+        ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms)
+        self.bucket, out = self.adapter.process_batch([ChangeBatch(changes=list(cs)) for cs in inputs], self.bucket, ctx)
+        self.metrics.update({f"{self.stage.name}.{k}": v for k, v in ctx.metrics.items()})
         self.batch_id += 1
-        return out
+        return out.changes()
 
 
 def bag(changes: list[Change]) -> Counter:

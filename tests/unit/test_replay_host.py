@@ -197,6 +197,17 @@ def test_table_cancels_pairs_and_applies_retractions_before_adds():
     assert table == {}
 
 
+def test_table_two_adds_for_one_key_at_one_position_resolve_by_the_canonical_order():
+    """A join can emit two rows for one sink key at one source position: the one applied
+    last wins, and that must not be whichever arrived last (the Spark changelog sink
+    writes them in the canonical order: the repr of the row decides)."""
+    adds = [Change("+I", (1, "b"), (7,)), Change("+I", (1, "a"), (7,))]
+    for batch in (adds, adds[::-1]):
+        table: dict = {}
+        apply_to_table(table, batch, (0,))
+        assert table == {(1,): (1, "b")}  # repr "(1, 'b')" sorts after "(1, 'a')"
+
+
 def test_table_retraction_of_a_row_it_does_not_hold_is_counted_not_applied():
     table: dict = {(1,): (1, "a")}
     metrics: Counter = Counter()

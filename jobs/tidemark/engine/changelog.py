@@ -13,7 +13,8 @@ offset)``). "Latest" always means the greater position, never the later arrival.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import NamedTuple
 
 INSERT = "+I"
@@ -40,6 +41,55 @@ class Change(NamedTuple):
     @property
     def is_add(self) -> bool:
         return self.kind in ADDS
+
+
+def order_key(pos: Pos, is_add: bool, row: Row) -> tuple:
+    """THE canonical order of changes, defined once: source position, then retractions
+    before adds at one position (the ``-U`` of an update precedes its ``+U``), then the
+    row's ``repr`` so that even full ties never depend on arrival order. ``ChangeBatch``
+    sorts by the same key (``tidemark.engine.batch``)."""
+    return (pos, is_add, repr(row))
+
+
+def canonical_key(change: Change) -> tuple:
+    """``order_key`` of a change: ``sorted(changes, key=canonical_key)``."""
+    return order_key(change.pos, change.kind in ADDS, change.row)
+
+
+def canonical_sorted(changes: Iterable[Change]) -> list[Change]:
+    """``sorted(changes, key=canonical_key)``, cheaper (see ``sorted_by_order``)."""
+    return sorted_by_order(changes, _position_and_sign, canonical_key)
+
+
+def sorted_ops(ops: Iterable[tuple[Pos, bool, Row]]) -> list[tuple[Pos, bool, Row]]:
+    """``(pos, is_add, row)`` triples in the canonical order (``order_key``), cheaper (see
+    ``sorted_by_order``)."""
+    return sorted_by_order(ops, itemgetter(0, 1), _op_order_key)
+
+
+def sorted_by_order(items: Iterable, coarse_key: Callable, full_key: Callable) -> list:
+    """``sorted(items, key=full_key)`` where ``full_key`` is the canonical order and
+    ``coarse_key`` the same without its ``repr`` tiebreak: sorts by the coarse key, and by
+    the full one only when two items tie on it. The sort is stable, so without ties the
+    order already is the canonical one, and ``repr`` of a row costs several times the rest
+    of the key (and most lists sorted here hold one or two changes)."""
+    out = sorted(items, key=coarse_key)
+    previous = None  # no coarse key is None
+    for item in out:
+        key = coarse_key(item)
+        if key == previous:
+            out.sort(key=full_key)
+            break
+        previous = key
+    return out
+
+
+def _position_and_sign(change: Change) -> tuple:
+    return (change.pos, change.kind in ADDS)
+
+
+def _op_order_key(op: tuple[Pos, bool, Row]) -> tuple:
+    return order_key(*op)
 
 
 def weight(kind: str) -> int:

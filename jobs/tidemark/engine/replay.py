@@ -29,10 +29,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from tidemark.engine.changelog import Change
+from tidemark.engine.batch import ChangeBatch
+from tidemark.engine.changelog import Change, canonical_sorted
+from tidemark.engine.driver import BatchStage, Bucket, batch_stage
 from tidemark.engine.errors import InputError
 from tidemark.engine.pipeline import Pipeline
-from tidemark.engine.stage import BatchContext, wakeup_of
+from tidemark.engine.stage import BatchContext, uses_timers
 
 
 def _pk_of(row: tuple, pk: Sequence[int]) -> tuple:
@@ -59,7 +61,8 @@ def apply_to_table(
                 continue
             same = sorted((c for c in cs if c.row == row and (c.weight > 0) == (w > 0)), key=lambda c: c.pos)
             remaining.extend(same[-abs(w):])
-        remaining.sort(key=lambda c: (c.pos, c.weight))  # retractions (-1) before adds at one pos
+        if len(remaining) > 1:
+            remaining = canonical_sorted(remaining)
         for c in remaining:
             if c.weight > 0:
                 table[key] = c.row
@@ -74,22 +77,30 @@ def wall_clock_ms() -> int:
 
 
 class ReplayHost:
-    """Runs ``pipeline`` batch by batch, keeping every keyed stage's state in dicts.
-    ``clock`` gives ``now_ms`` for batches run without one (default: the wall clock)."""
+    """Runs ``pipeline`` batch by batch, each keyed stage's state in one in-memory bucket,
+    through the one driver loop (``tidemark.engine.driver``). ``clock`` gives ``now_ms``
+    for batches run without one (default: the wall clock)."""
 
     def __init__(self, pipeline: Pipeline, clock: Callable[[], int] | None = None) -> None:
         self.pipeline = pipeline
         self.clock = clock or wall_clock_ms
-        self.state: dict[int, dict[tuple, Any]] = {n.id: {} for n in pipeline.nodes if _is_keyed(n.stage)}
-        #: node id -> key -> wakeup time, for stages with ``wakeup_ms`` (an index, so a
-        #: batch does not scan every state to find the due keys)
-        self.timers: dict[int, dict[tuple, int]] = {
-            n.id: {} for n in pipeline.nodes if _is_keyed(n.stage) and hasattr(n.stage, "wakeup_ms")
-        }
+        self._stages: dict[int, BatchStage] = {n.id: batch_stage(n.stage) for n in pipeline.nodes if _is_keyed(n.stage)}
+        self._buckets: dict[int, Bucket] = {node_id: Bucket() for node_id in self._stages}
+        self._timed = {n.id: uses_timers(n.stage) for n in pipeline.nodes if n.id in self._stages}
         self.metrics: Counter = Counter()
         self._table: dict[tuple, tuple] = {}
         self.batch_id = 0
         self._sink_pk = pipeline.sink.pk_indexes
+
+    @property
+    def state(self) -> dict[int, dict[tuple, Any]]:
+        """node id -> key -> that key's state (``(key, state)`` for stages with timers)."""
+        return {node_id: b.states for node_id, b in self._buckets.items()}
+
+    @property
+    def timers(self) -> dict[int, dict[tuple, int]]:
+        """node id -> key -> wakeup time, for the stages with timers."""
+        return {node_id: b.due for node_id, b in self._buckets.items() if self._timed[node_id]}
 
     def run_batch(self, inputs: Mapping[str, list[Change]], now_ms: int | None = None) -> list[Change]:
         """Run one micro-batch at processing time ``now_ms`` (default: ``self.clock()``);
@@ -114,8 +125,11 @@ class ReplayHost:
             elif node.kind == "sink":
                 sink_changes = outputs[node.inputs[0]]
                 outputs[node.id] = sink_changes
-            elif _is_keyed(node.stage):
-                outputs[node.id] = self._run_keyed(node.id, node.stage, [outputs[i] for i in node.inputs], ctx)
+            elif node.id in self._stages:
+                batches = [ChangeBatch(changes=outputs[i]) for i in node.inputs]
+                bucket, out = self._stages[node.id].process_batch(batches, self._buckets[node.id], ctx)
+                self._buckets[node.id] = bucket
+                outputs[node.id] = out.changes()
             else:
                 outputs[node.id] = node.stage.process(outputs[node.inputs[0]])
         apply_to_table(self._table, sink_changes, self._sink_pk, ctx.metrics)
@@ -123,38 +137,6 @@ class ReplayHost:
         self.metrics.update(ctx.metrics)
         self.batch_id += 1
         return sink_changes
-
-    def _run_keyed(self, node_id: int, stage: Any, inputs: list[list[Change]], ctx: BatchContext) -> list[Change]:
-        n = stage.n_inputs
-        groups: dict[tuple, list[list[Change]]] = {}
-        for idx, changes in enumerate(inputs):
-            for c in changes:
-                key = stage.key_of(c, idx)
-                lists = groups.get(key)
-                if lists is None:
-                    lists = groups[key] = [[] for _ in range(n)]
-                lists[idx].append(c)
-        store = self.state[node_id]
-        timers = self.timers.get(node_id)
-        if timers:
-            for key, due in list(timers.items()):
-                if due <= ctx.now_ms and key not in groups:
-                    groups[key] = [[] for _ in range(n)]
-        emitted: list[Change] = []
-        for key, lists in groups.items():
-            new_state, out = stage.process_key(key, lists, store.get(key), ctx)
-            if new_state is None:
-                store.pop(key, None)
-            else:
-                store[key] = new_state
-            if timers is not None:
-                due = wakeup_of(stage, new_state)
-                if due is None:
-                    timers.pop(key, None)
-                else:
-                    timers[key] = due
-            emitted.extend(out)
-        return emitted
 
     def table(self) -> dict[tuple, tuple]:
         """The materialized sink table: sink PK tuple -> row (whole row when no PK)."""

@@ -8,6 +8,8 @@ particular order, and emits only the net change for that key.
 - ``StatelessStage.process(changes)``: row-at-a-time transforms (calc). Kinds preserved.
 - ``KeyedStage``: the host groups each input's changes of one batch by ``key_of`` and
   calls ``process_key`` once per key with that key's state (``None`` when it has none).
+  Every host does this through the one loop in ``tidemark.engine.driver``
+  (``PerKeyAdapter``), which also states the batch contract stages move to.
   The stage returns the new state (``None`` clears it) and the changes it emits. State is
   any picklable Python value; hosts decide where it lives (a dict, Spark's state store).
   One state read and one state write per key per batch, whatever the number of rows.

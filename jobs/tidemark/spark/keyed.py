@@ -19,7 +19,8 @@ grouping made those the largest Python cost of a pipeline (docs/benchmarks.md,
 "Performance work"). The price is that a touched bucket is unpickled and rewritten
 whole, so a bucket should stay small next to a batch: keys / buckets states. The bucket
 count is part of the checkpoint (a key must find its bucket again after a restart).
-``process_key`` is still called once per key. The operator is
+Stages run through the one driver loop (``tidemark.engine.driver``): per key behind its
+per-key adapter, so ``process_key`` is still called once per key. The operator is
 ``transformWithStateInPandas`` (Spark 4.0+): the only kind that can be chained (Spark
 rejects two ``applyInPandasWithState`` in one query, and a pipeline has several keyed
 stages), in its pandas form because that one converts columns, not cells (see
@@ -50,9 +51,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.errors import TidemarkError
-from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers, wakeup_of
+from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -251,15 +254,32 @@ def bucket_of(key: bytes, buckets: int) -> int:
     return zlib.crc32(key) % buckets
 
 
+class _SparkKeyAdapter(PerKeyAdapter):
+    """The driver's per-key adapter, with a failing key reported across the worker -> JVM
+    -> driver boundary (``StageFailure``): a stage's own error as itself, anything else as
+    a ``StageCrash`` naming the stage and the key."""
+
+    def call_key(self, key: tuple, inputs: list[list[Change]], state: Any, ctx: BatchContext) -> tuple[Any, list[Change]]:
+        try:
+            return self.stage.process_key(key, inputs, state, ctx)
+        except TidemarkError as err:
+            raise StageFailure(err) from None
+        except Exception as err:
+            raise StageFailure(
+                StageCrash(f"stage '{self.stage.name}' failed on key {key!r}: {type(err).__name__}: {err}")
+            ) from err
+
+
 class _BucketRunner:
     """One stage call for one state bucket: decode the bucket's changes, read its state
-    once, call ``process_key`` per key (and for keys whose ``wakeup_ms`` is due), write the
-    state at most once, encode what the keys emit. Shared by both Spark operators so they
-    differ only in how state and rows reach Python.
+    once, run the stage through the one driver loop (``tidemark.engine.driver``), write the
+    state at most once, encode what it emits. Shared by both Spark operators so they differ
+    only in how state and rows reach Python.
 
-    The stored value is ``pickle({key bytes: state})``; for a stage with timers it is
-    ``{key bytes: (key, state)}``: a due key is called without changes, so its key tuple
-    cannot come from ``key_of``.
+    The stored value is ``pickle({key bytes: state})`` (a ``Bucket``'s ``states``, grouped
+    by the encoded key Spark shuffled on); for a stage with timers it is ``{key bytes:
+    (key, state)}``: a due key is called without changes, so its key tuple cannot come
+    from ``key_of``.
     """
 
     def __init__(
@@ -270,10 +290,10 @@ class _BucketRunner:
         then: Sequence[StatelessStage] = (),
     ):
         self.stage = stage
+        self.adapter = _SparkKeyAdapter(stage)
         self.accumulator = accumulator
         self.downstream = downstream
         self.then = list(then)
-        self.timers = uses_timers(stage)
 
     def run(
         self,
@@ -282,60 +302,26 @@ class _BucketRunner:
         now_ms: int,
     ) -> _Result:
         """``rows`` yields (key bytes, input, kind, row bytes, pos) — none for a timer call."""
-        stage, timers = self.stage, self.timers
-        n_inputs = stage.n_inputs
-        bucket: dict[bytes, Any] = pickle.loads(stored) if stored is not None else {}
-        by_key: dict[bytes, list[list[Change]]] = {}
+        n_inputs = self.stage.n_inputs
+        changes: list[list[Change]] = [[] for _ in range(n_inputs)]
+        groups: list[list[bytes]] = [[] for _ in range(n_inputs)]
         for key_bytes, inp, kind, row, pos in rows:
-            lists = by_key.get(key_bytes)
-            if lists is None:
-                lists = by_key[key_bytes] = [[] for _ in range(n_inputs)]
-            lists[inp].append(Change(kind, pickle.loads(row), tuple(pos)))
-        old_wakeup = None
-        if timers:
-            old_wakeup = self._wakeup(bucket)
-            if old_wakeup is not None and old_wakeup <= now_ms:
-                for key_bytes, (_key, state) in bucket.items():
-                    due = wakeup_of(stage, state)
-                    if due is not None and due <= now_ms and key_bytes not in by_key:
-                        by_key[key_bytes] = [[] for _ in range(n_inputs)]
+            changes[inp].append(Change(kind, pickle.loads(row), tuple(pos)))
+            groups[inp].append(key_bytes)
+        bucket = Bucket.load(self.stage, pickle.loads(stored) if stored is not None else {})
+        old_wakeup = bucket.next_wakeup()
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
-        emitted: list[Change] = []
-        for key_bytes, inputs in by_key.items():
-            entry = bucket.get(key_bytes)
-            key, state = entry if timers and entry is not None else (None, entry)
-            if key is None:
-                first = next(i for i, lst in enumerate(inputs) if lst)
-                key = stage.key_of(inputs[first][0], first)
-            try:
-                new_state, out = stage.process_key(key, inputs, state, ctx)
-            except TidemarkError as err:
-                raise StageFailure(err) from None
-            except Exception as err:
-                raise StageFailure(
-                    StageCrash(
-                        f"stage '{stage.name}' failed on key {key!r}: {type(err).__name__}: {err}"
-                    )
-                ) from err
-            if new_state is None:
-                bucket.pop(key_bytes, None)
-            else:
-                bucket[key_bytes] = (key, new_state) if timers else new_state
-            emitted.extend(out)
+        inputs = [ChangeBatch(changes=cs, groups=gs) for cs, gs in zip(changes, groups)]
+        bucket, out = self.adapter.process_batch(inputs, bucket, ctx)
+        emitted = out.changes()
         if ctx.metrics and self.accumulator is not None:
-            self.accumulator.add(Counter({f"{stage.name}.{k}": v for k, v in ctx.metrics.items()}))
+            self.accumulator.add(Counter({f"{self.stage.name}.{k}": v for k, v in ctx.metrics.items()}))
         for after in self.then:  # stateless stages fused into this pass (see run_keyed_stage)
             if not emitted:
                 break
             emitted = after.process(emitted)
-        new_stored = pickle.dumps(bucket, _PICKLE_PROTOCOL) if bucket else None
-        new_wakeup = self._wakeup(bucket) if timers else None
-        return _Result(new_stored, self._encode(emitted), old_wakeup, new_wakeup)
-
-    def _wakeup(self, bucket: dict[bytes, Any]) -> int | None:
-        """The earliest ``wakeup_ms`` of the bucket's keys: the bucket's one timer."""
-        times = [t for _key, state in bucket.values() if (t := wakeup_of(self.stage, state)) is not None]
-        return min(times) if times else None
+        new_stored = pickle.dumps(bucket.states, _PICKLE_PROTOCOL) if bucket.states else None
+        return _Result(new_stored, self._encode(emitted), old_wakeup, bucket.next_wakeup())
 
     def _encode(self, emitted: list[Change]) -> list[tuple]:
         if self.downstream is None:
@@ -350,7 +336,7 @@ class _BucketRunner:
 class _Result(NamedTuple):
     stored: bytes | None  # None: remove the bucket's state
     rows: list[tuple]  # output rows, CHANGE or KEYED column order
-    old_wakeup: int | None  # the bucket's timer for the state read (see _BucketRunner._wakeup)
+    old_wakeup: int | None  # the bucket's timer for the state read (``Bucket.next_wakeup``)
     new_wakeup: int | None  # the timer the new state needs
 
 

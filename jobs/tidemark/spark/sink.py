@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, zset
+from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, canonical_key, zset
 from tidemark.formats import dead_letter
 from tidemark.formats.codecs import Encoder
 from tidemark.kafka.config import table_properties
@@ -64,7 +64,7 @@ def net_upsert(changes: Iterable[Change]) -> Change | None:
         w = remaining.get(c.row, 0)
         if w == 0 or (w > 0) != (c.kind in ADDS):
             continue
-        rank = (tuple(c.pos), c.kind in ADDS, repr(c.row))
+        rank = canonical_key(c)
         if best is None or rank > best[0]:
             best = (rank, c)
     assert best is not None
@@ -209,20 +209,21 @@ class ChangelogSink:
     def write_batch(self, df: DataFrame, batch_id: int) -> WriteResult:
         table, url, topic = self.table, self.registry_url, self.topic
 
-        def encode(rows: Iterator[Any]) -> Iterator[tuple[tuple, bool, bytes | None, bytes | None]]:
+        def encode(rows: Iterator[Any]) -> Iterator[tuple[tuple, bytes | None, bytes | None]]:
             encoder = Encoder(table, url)
             for c in _changes_of(rows):
                 key, value = encoder.encode(c, topic)
-                yield tuple(c.pos), c.kind in ADDS, key, value
+                yield canonical_key(c), key, value
 
         self.writer.start()
         if batch_id <= self.writer.last_committed:  # replay of a committed batch: no Spark job
             self.metrics["batches_skipped"] += 1
             return WriteResult(batch_id, 0, True)
         encoded = df.select("kind", "row", "pos").rdd.mapPartitions(encode).collect()
-        # source-position order, retractions before adds at one position (-U before +U)
-        encoded.sort(key=lambda e: (e[0], e[1]))
-        result = self.writer.write(batch_id, ((topic, k, v) for _, _, k, v in encoded))
+        # the canonical order: source position, retractions before adds at one position
+        # (-U before +U), then the row's repr, as the replay host applies them
+        encoded.sort(key=lambda e: e[0])
+        result = self.writer.write(batch_id, ((topic, k, v) for _, k, v in encoded))
         self.metrics["batches_skipped" if result.skipped else "batches"] += 1
         self.metrics["records_written"] += result.written
         return result

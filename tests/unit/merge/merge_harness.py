@@ -1,10 +1,10 @@
 """Operator harness for the merge engine stage, in the spirit of Flink's keyed operator test
 harness: feed a batch, get the emitted changes, look at the merged table.
 
-It hosts the stage as the ``KeyedStage`` contract says (group by ``key_of``, one
-``process_key`` per key, ``None`` clears state), round-trips every state through pickle as
-Spark's state store would, and honours ``wakeup_ms`` (full-compaction barriers) by calling
-``process_key`` with no records for keys that asked for it.
+It hosts the stage through the hosts' driver loop (``tidemark.engine.driver``: group by
+``key_of``, one ``process_key`` per key, ``None`` clears state, ``wakeup_ms`` honoured by
+calling ``process_key`` with no records for keys that asked for it), and round-trips the
+state through pickle between batches as Spark's state store would.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge_engine import build_merge_engine
 
@@ -22,41 +24,31 @@ from tidemark.engine.stages.merge_engine import build_merge_engine
 class MergeHarness:
     def __init__(self, stage):
         self.stage = stage
-        self.state: dict = {}
+        self.adapter = PerKeyAdapter(stage)
+        self.bucket = Bucket()
         self.metrics: Counter = Counter()
         self.batch_id = 0
         self.emitted: list[Change] = []
 
+    @property
+    def state(self) -> dict:
+        """key -> that key's state (the driver keeps ``(key, state)`` for stages with timers)."""
+        if self.adapter.timers:
+            return {k: entry[1] for k, entry in self.bucket.states.items()}
+        return dict(self.bucket.states)
+
     def run(self, changes: Sequence[Change], now_ms: int = 0,
             shuffle: random.Random | None = None) -> list[Change]:
-        groups: dict[tuple, list[Change]] = {}
-        for ch in changes:
-            groups.setdefault(self.stage.key_of(ch, 0), []).append(ch)
-        keys = list(groups)
-        for key, st in self.state.items():
-            due = self.stage.wakeup_ms(st) if hasattr(self.stage, "wakeup_ms") else None
-            if key not in groups and due is not None and due <= now_ms:
-                keys.append(key)
-                groups[key] = []
+        changes = list(changes)
         if shuffle is not None:
-            shuffle.shuffle(keys)
-            for lst in groups.values():
-                shuffle.shuffle(lst)
+            shuffle.shuffle(changes)
+        # state read back from storage, as Spark's state store gives it to the next batch
+        bucket = Bucket.load(self.stage, pickle.loads(pickle.dumps(self.bucket.states)))
         ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=self.metrics)
-        out: list[Change] = []
-        for key in keys:
-            state = self.state.get(key)
-            if state is not None:
-                state = pickle.loads(pickle.dumps(state))
-            new_state, emitted = self.stage.process_key(key, [groups[key]], state, ctx)
-            if new_state is None:
-                self.state.pop(key, None)
-            else:
-                self.state[key] = new_state
-            out.extend(emitted)
+        self.bucket, out = self.adapter.process_batch([ChangeBatch(changes=changes)], bucket, ctx)
         self.batch_id += 1
-        self.emitted.extend(out)
-        return out
+        self.emitted.extend(out.changes())
+        return out.changes()
 
     def table(self) -> dict[tuple, tuple]:
         """The merged table: primary key -> merged row."""

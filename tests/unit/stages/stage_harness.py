@@ -1,8 +1,8 @@
 """A tiny operator harness in the spirit of Flink's ``KeyedOneInputStreamOperatorTestHarness``:
 feed one batch of changes, get back what the stage emitted, look at the state per key.
 
-It hosts a ``KeyedStage`` exactly as the contract in ``tidemark.engine.stage`` says: group each
-input's changes by ``key_of``, one ``process_key`` call per key, state ``None`` means cleared.
+It hosts a ``KeyedStage`` through the hosts' own driver loop (``tidemark.engine.driver``): group
+each input's changes by ``key_of``, one ``process_key`` call per key, state ``None`` means cleared.
 ``shuffle`` reorders records inside the batch (and keys) so tests can show order never matters.
 """
 
@@ -12,45 +12,45 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change, zset
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
 
 
 class Harness:
     def __init__(self, stage, now_ms: int = 0):
         self.stage = stage
-        self.state: dict = {}
+        self.adapter = PerKeyAdapter(stage)
+        self.bucket = Bucket()
         self.metrics: Counter = Counter()
         self.now_ms = now_ms
         self.batch_id = 0
         self.emitted: list[Change] = []
 
+    @property
+    def state(self) -> dict:
+        """key -> that key's state (what the stage keeps; tests may replace an entry)."""
+        return self.bucket.states
+
+    @state.setter
+    def state(self, states: dict) -> None:
+        self.bucket = Bucket.load(self.stage, states)
+
     def run(self, *inputs: Sequence[Change], shuffle: random.Random | None = None) -> list[Change]:
-        """One batch. ``inputs`` is one list of changes per stage input."""
+        """One batch through the host's driver loop. ``inputs`` is one list of changes per
+        stage input; ``shuffle`` reorders each input first (so keys and each key's records
+        reach the stage in another order)."""
         assert len(inputs) == self.stage.n_inputs, "one list of changes per input"
-        groups: dict[tuple, list[list[Change]]] = {}
-        for i, changes in enumerate(inputs):
-            for c in changes:
-                key = self.stage.key_of(c, i)
-                groups.setdefault(key, [[] for _ in inputs])[i].append(c)
-        keys = list(groups)
+        lists = [list(changes) for changes in inputs]
         if shuffle is not None:
-            shuffle.shuffle(keys)
-            for per_input in groups.values():
-                for lst in per_input:
-                    shuffle.shuffle(lst)
+            for lst in lists:
+                shuffle.shuffle(lst)
         ctx = BatchContext(batch_id=self.batch_id, now_ms=self.now_ms, metrics=self.metrics)
-        out: list[Change] = []
-        for key in keys:
-            new_state, emitted = self.stage.process_key(key, groups[key], self.state.get(key), ctx)
-            if new_state is None:
-                self.state.pop(key, None)
-            else:
-                self.state[key] = new_state
-            out.extend(emitted)
+        self.bucket, out = self.adapter.process_batch([ChangeBatch(changes=lst) for lst in lists], self.bucket, ctx)
         self.batch_id += 1
-        self.emitted.extend(out)
-        return out
+        self.emitted.extend(out.changes())
+        return out.changes()
 
     def table(self) -> Counter:
         """Everything emitted so far, consolidated: the Z-set a downstream table would hold."""

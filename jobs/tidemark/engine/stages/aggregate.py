@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, diff_to_changes
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, canonical_sorted, diff_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -301,7 +301,7 @@ class GroupAggregate:
         none did)."""
         sim: GroupState | None = st
         prev, first, last = old, None, None
-        for c in sorted(changes, key=_step_order):
+        for c in canonical_sorted(changes):
             w = c.weight
             if sim is None:
                 if w < 0:
@@ -348,9 +348,3 @@ class GroupAggregate:
             else:
                 vals.append(acc.result())
         return tuple(key) + tuple(vals)
-
-
-def _step_order(c: Change) -> tuple:
-    """Flink's record order as far as positions tell it: by position, retractions before
-    adds at one position, then the row's repr so arrival order never matters."""
-    return (c.pos, c.is_add, repr(c.row))

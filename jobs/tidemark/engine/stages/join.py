@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, zset_to_changes
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, order_key, sorted_by_order, zset_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -157,8 +157,9 @@ class Join:
                     elif row in st[side]:
                         steps.append((side, row, -1, r))
                         steps.append((side, row, 1, a))
-        steps.sort(key=lambda s: (s[3], s[2] > 0, s[0], repr(s[1])))
-        return steps
+        # the canonical order with (side, row) as the row: at a tie, side 0 before side 1,
+        # then by the row's repr (``repr((side, row))`` is the side's digit, then repr(row))
+        return sorted_by_order(steps, _step_position_side, _step_order_key)
 
     def _apply(self, side: int, row: tuple, w: int, pos: tuple, st: list, emit, ctx) -> None:
         mine, theirs = st[side], st[1 - side]
@@ -194,6 +195,14 @@ class Join:
             entry[POS] = pos
         if entry[CNT] == 0:
             del mine[row]
+
+
+def _step_position_side(s: tuple) -> tuple:
+    return (s[3], s[2] > 0, s[0])
+
+
+def _step_order_key(s: tuple) -> tuple:
+    return order_key(s[3], s[2] > 0, (s[0], s[1]))
 
 
 def _consolidate(changes: list[Change]) -> dict[tuple, tuple[int, tuple]]:

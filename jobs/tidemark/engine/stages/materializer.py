@@ -87,7 +87,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from tidemark.engine.changelog import Change, diff_to_changes
+from tidemark.engine.changelog import Change, canonical_sorted, diff_to_changes, sorted_ops
 from tidemark.engine.errors import ConflictError, PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -341,9 +341,7 @@ def in_position_order(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
     if len(changes) == 1:
         c = changes[0]
         return [(c.pos, c.is_add, c.row)]
-    ops = [(c.pos, c.is_add, c.row) for c in changes]
-    ops.sort(key=lambda op: (op[0], op[1], repr(op[2])))
-    return ops
+    return [(c.pos, c.is_add, c.row) for c in canonical_sorted(changes)]
 
 
 def consolidate(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
@@ -364,8 +362,7 @@ def consolidate(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
         k = min(len(a), len(r))
         ops.extend((p, True, row) for p in a[k:])
         ops.extend((p, False, row) for p in r[: len(r) - k])
-    ops.sort(key=lambda op: (op[0], op[1], repr(op[2])))
-    return ops
+    return sorted_ops(ops)
 
 
 def _touched(state: Any) -> int:

@@ -41,6 +41,7 @@ from tidemark.engine.changelog import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
     Change,
+    canonical_sorted,
 )
 from tidemark.engine.stage import BatchContext
 
@@ -63,7 +64,7 @@ class Normalize:
     ) -> tuple[tuple | None, list[Change]]:
         records = inputs[0]
         if len(records) > 1:
-            records = sorted((c for c in records if c.kind != UPDATE_BEFORE), key=_precedence)
+            records = canonical_sorted(c for c in records if c.kind != UPDATE_BEFORE)
         elif records and records[0].kind == UPDATE_BEFORE:
             return state, []
         if not records:
@@ -96,8 +97,3 @@ class Normalize:
             # usually means lost state (TTL) or a topic compacted before we started.
             ctx.metrics["retractions_without_state"] += 1
         return cur, out
-
-
-def _precedence(c: Change) -> tuple:
-    """Source-position order; at a tie a delete comes before an upsert, then repr decides."""
-    return (c.pos, 1 if c.is_add else 0, repr(c.row))

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tidemark.engine.changelog import ADDS, Change
+from tidemark.engine.changelog import ADDS, Change, order_key
 
 
 class Item(NamedTuple):
@@ -153,7 +153,7 @@ def _sort_key(k: tuple) -> tuple:
 
 
 def _full_key(k: tuple) -> tuple:
-    return (k[0], k[1], k[2], repr(freeze_row(k[3].row)) if k[3] is not None else "")
+    return (k[0], *order_key(k[1], k[2], freeze_row(k[3].row) if k[3] is not None else ()))
 
 
 def _has_ties(keyed: list[tuple]) -> bool:

@@ -27,6 +27,7 @@ from tidemark.engine.changelog import (
     UPDATE_AFTER,
     UPDATE_BEFORE,
     Change,
+    canonical_sorted,
 )
 
 
@@ -51,8 +52,7 @@ def full_diff(old: tuple | None, new: tuple | None, pos: tuple, dedupe: bool) ->
 
 
 def input_records(records: Sequence[Change]) -> list[Change]:
-    return sorted(records, key=lambda c: (c.pos, 1 if c.kind in (INSERT, UPDATE_AFTER) else 0,
-                                          repr(c.row)))
+    return canonical_sorted(records)
 
 
 def barrier_due(dirty_since_ms: int, now_ms: int, interval_ms: int) -> bool:

@@ -1,0 +1,152 @@
+"""The columnar side of ``ChangeBatch`` (``tidemark.engine.batch``): Arrow tables in the
+batch's layout, converted from and to ``Change`` tuples, sorted in the canonical order and
+consolidated, with pyarrow and polars. Kept apart so that code that never builds Arrow
+never imports them (see the ``batch`` module docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tidemark.engine.arrow_types import python_values
+from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT
+from tidemark.engine.changelog import ADDS, KINDS, Change, Pos
+
+_ADD = "$add"
+_TIE = "$tie"
+
+
+def pos_columns(n: int) -> list[str]:
+    return [f"{POS_PREFIX}{i}" for i in range(n)]
+
+
+def from_arrow(rows: pa.Table, kinds: pa.Array | Sequence[str], positions: Sequence[pa.Array]) -> pa.Table:
+    """The batch table of decoded columns (``ChangeBatch.from_arrow``), checked."""
+    kinds = pa.array(kinds, pa.string()) if not isinstance(kinds, pa.Array) else kinds
+    bad = pc.invert(pc.is_in(kinds, pa.array(KINDS)))
+    if pc.any(bad).as_py():  # a null kind is not in KINDS either
+        where = pc.index(bad, True).as_py()
+        raise ValueError(f"change {where}: kind {kinds[where].as_py()!r} is not one of {', '.join(KINDS)}")
+    for name in rows.column_names:
+        if name.startswith("$"):
+            raise ValueError(f"column '{name}': names starting with '$' are reserved for the batch's own columns")
+    return _assemble(rows.column_names, rows.columns, kinds, positions)
+
+
+def weight_total(table: pa.Table) -> int:
+    """Changes in a batch table: one per unit of weight."""
+    return int(pc.sum(pc.abs(table.column(WEIGHT))).as_py() or 0)
+
+
+def sorted_table(table: pa.Table) -> pa.Table:
+    """The canonical order (``changelog.order_key``), stable for full ties. The ``repr``
+    tiebreak is a Python value: computed only for rows that tie on position and sign."""
+    pos = [c for c in table.column_names if c.startswith(POS_PREFIX)]
+    df = pl.from_arrow(table).with_columns((pl.col(WEIGHT) > 0).alias(_ADD))
+    tied = df.select(pl.len().over([*pos, _ADD]) > 1).to_series()
+    by = [*pos, _ADD]
+    if tied.any():
+        rows = _rows(table.filter(pa.array(tied.to_arrow())))
+        tiebreak = pl.Series(_TIE, [None] * len(df), dtype=pl.String)
+        tiebreak = tiebreak.scatter(tied.arg_true(), [repr(r) for r in rows])
+        df = df.with_columns(tiebreak)
+        by.append(_TIE)
+    out = df.sort(by, nulls_last=False, maintain_order=True).drop(by[len(pos):])
+    return _restore(out.to_arrow(), table.schema)
+
+
+def consolidated_table(table: pa.Table) -> pa.Table:
+    """Net weight per distinct row, with the position and kind of its latest change of
+    the surviving sign (``batch`` module docstring); rows netting zero dropped."""
+    pos = [c for c in table.column_names if c.startswith(POS_PREFIX)]
+    rows = [c for c in table.column_names if not c.startswith("$")]
+    last = pl.struct([*pos, KIND])
+    df = pl.from_arrow(table).sort([*pos, KIND], nulls_last=False, maintain_order=True)
+    net = (
+        df.group_by(rows, maintain_order=True)
+        .agg(
+            pl.col(WEIGHT).sum(),
+            last.filter(pl.col(WEIGHT) > 0).last().alias("$last_add"),
+            last.filter(pl.col(WEIGHT) < 0).last().alias("$last_retract"),
+        )
+        .filter(pl.col(WEIGHT) != 0)
+        .select(
+            *rows,
+            pl.when(pl.col(WEIGHT) > 0).then(pl.col("$last_add")).otherwise(pl.col("$last_retract")).alias("$last"),
+            WEIGHT,
+        )
+        .unnest("$last")
+        .select(*rows, KIND, WEIGHT, *pos)
+    )
+    return _restore(net.to_arrow(), table.schema)
+
+
+# ---------------------------------------------------------------------- conversions
+
+
+def to_table(changes: list[Change], schema: pa.Schema | None) -> pa.Table:
+    """The batch table of ``Change`` tuples; ``schema`` types the row columns (None: Arrow
+    infers them from the values, and names them ``f0``, ``f1``...)."""
+    width = len(schema) if schema is not None else (len(changes[0].row) if changes else 0)
+    for i, c in enumerate(changes):
+        if len(c.row) != width:
+            raise ValueError(f"change {i}: row {c.row!r} has {len(c.row)} columns, expected {width}")
+    names = schema.names if schema is not None else [f"f{i}" for i in range(width)]
+    arrays = [
+        pa.array([c.row[i] for c in changes], schema.field(i).type if schema is not None else None)
+        for i in range(width)
+    ]
+    kinds = pa.array([c.kind for c in changes], pa.string())
+    depth = max((len(c.pos) for c in changes), default=0)
+    positions = [_pos_array([c.pos[i] if i < len(c.pos) else None for c in changes]) for i in range(depth)]
+    return _assemble(names, arrays, kinds, positions)
+
+
+def _assemble(names: Sequence[str], arrays: Sequence[Any], kinds: pa.Array, positions: Sequence[pa.Array]) -> pa.Table:
+    weights = pc.if_else(pc.is_in(kinds, pa.array(sorted(ADDS))), 1, -1).cast(pa.int64())
+    return pa.Table.from_arrays(
+        [*arrays, kinds, weights, *positions], names=[*names, KIND, WEIGHT, *pos_columns(len(positions))]
+    )
+
+
+def _pos_array(values: list[Any]) -> pa.Array:
+    arr = pa.array(values)
+    return arr.cast(pa.int64()) if pa.types.is_null(arr.type) else arr
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    names = [c for c in table.column_names if not c.startswith("$")]
+    columns = [python_values(table.column(n)) for n in names]
+    return list(zip(*columns)) if columns else [() for _ in range(table.num_rows)]
+
+
+def to_changes(table: pa.Table) -> list[Change]:
+    """A batch table as ``Change`` tuples, one per unit of weight, in the table's order."""
+    rows = _rows(table)
+    kinds = table.column(KIND).to_pylist()
+    weights = table.column(WEIGHT).to_pylist()
+    pos_cols = [table.column(c).to_pylist() for c in table.column_names if c.startswith(POS_PREFIX)]
+    positions = [_pos(p) for p in zip(*pos_cols)] if pos_cols else [()] * len(rows)
+    out: list[Change] = []
+    for row, kind, w, pos in zip(rows, kinds, weights, positions):
+        change = Change(kind, row, pos)
+        out.extend([change] * abs(w))
+    return out
+
+
+def _pos(values: tuple) -> Pos:
+    """A padded position without its trailing nulls."""
+    n = len(values)
+    while n and values[n - 1] is None:
+        n -= 1
+    return tuple(values[:n])
+
+
+def _restore(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Polars widens or renames some Arrow types (large strings, ...): cast back."""
+    return table.select(schema.names).cast(schema)
