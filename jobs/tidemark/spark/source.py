@@ -366,35 +366,83 @@ def _batch_id() -> int:
 
 
 def decode_records(
-    records: list[dict[str, Any]], by_topic: dict[str, SourceTable], batch_id: int, decoders: dict[str, Any]
-) -> Iterator[dict[str, Any]]:
-    """Decode raw records (dicts of the source's columns) into ``DECODED_SCHEMA`` rows.
-    Spark-free, so the DLQ routing is testable without a session."""
-    from tidemark.formats import DecodeError, decoder_for
+    records: dict[str, list[Any]], by_topic: dict[str, SourceTable], batch_id: int, decoders: dict[str, Any]
+) -> dict[str, list[Any]]:
+    """Decode raw records (the source's columns, as lists) into ``DECODED_SCHEMA`` columns,
+    each record's outputs in record order. A JSON table's records are decoded a batch per
+    topic (``tidemark.formats.batch_decode``), others record by record. Spark-free, so the
+    DLQ routing is testable without a session."""
+    from tidemark.formats import decoder_for
+    from tidemark.formats.batch_decode import batch_decoder_for
+
+    n = len(records["topic"])
+    outputs: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    by_record_topic: dict[str, list[int]] = {}
+    for i, topic in enumerate(records["topic"]):
+        by_record_topic.setdefault(topic, []).append(i)
+    for topic, idx in by_record_topic.items():
+        src = by_topic.get(topic)
+        if src is None:
+            for i in idx:
+                outputs[i].append({"table": None, "format": None, "kind": None, "row": None, "pos": None,
+                                   "error_kind": "bad_envelope", "reason": f"no source table reads topic '{topic}'"})
+            continue
+        decoder = decoders.get(topic)
+        if decoder is None:
+            decoder = decoders[topic] = batch_decoder_for(src.table, src.registry_url) or decoder_for(src.table, src.registry_url)
+        _decode_topic(decoder, src, topic, idx, records, batch_id, outputs)
+    columns: dict[str, list[Any]] = {name: [] for name in _DECODED_NAMES}
+    for i, produced in enumerate(outputs):
+        for o in produced:
+            for name in _RAW_NAMES:
+                columns[name].append(records[name][i])
+            for name in _OUTPUT_NAMES:
+                columns[name].append(o[name])
+    return columns
+
+
+_RAW_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value")
+_OUTPUT_NAMES = ("table", "format", "kind", "row", "pos", "error_kind", "reason")
+_DECODED_NAMES = _RAW_NAMES + _OUTPUT_NAMES
+
+
+def _decode_topic(
+    decoder: Any, src: SourceTable, topic: str, idx: list[int], records: dict[str, list[Any]], batch_id: int,
+    outputs: list[list[dict[str, Any]]],
+) -> None:
+    """Append the outputs of one topic's records (``idx``) to ``outputs``."""
+    from tidemark.formats import DecodeError
+    from tidemark.formats.batch_decode import BatchDecoder
     from tidemark.spark.keyed import encode_row
 
-    for r in records:
-        src = by_topic.get(r["topic"])
-        base = {"topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "timestamp": r["timestamp"],
-                "key": r["key"], "value": r["value"]}
-        if src is None:
-            yield {**base, "table": None, "format": None, "kind": None, "row": None, "pos": None,
-                   "error_kind": "bad_envelope", "reason": f"no source table reads topic '{r['topic']}'"}
-            continue
-        decoder = decoders.get(r["topic"])
-        if decoder is None:
-            decoder = decoders[r["topic"]] = decoder_for(src.table, src.registry_url)
-        pos = (batch_id, src.source_index, r["partition"], r["offset"])
-        meta = {"table": src.table.name, "format": decoder.spec.name}
+    name = src.table.name
+    meta = {"table": name, "format": decoder.spec.name, "error_kind": None, "reason": None}
+    partitions, offsets = records["partition"], records["offset"]
+
+    def dead(i: int, err: DecodeError) -> None:
+        outputs[i].append({**meta, "kind": None, "row": None, "pos": None, "error_kind": err.kind,
+                           "reason": f"{name} @ {topic}/{partitions[i]}/{offsets[i]}: {err.reason}"})
+
+    def change(i: int, kind: str, row: tuple) -> None:
+        pos = [batch_id, src.source_index, partitions[i], offsets[i]]
+        outputs[i].append({**meta, "kind": kind, "row": encode_row(row), "pos": pos})
+
+    keys, values = records["key"], records["value"]
+    if isinstance(decoder, BatchDecoder):
+        decoded = decoder.decode([keys[i] for i in idx], [values[i] for i in idx], topic)
+        for j, err in decoded.dead:
+            dead(idx[j], err)
+        for kind, row, j in zip(decoded.kinds.to_pylist(), decoded.row_tuples(), decoded.record.to_pylist()):
+            change(idx[j], kind, row)
+        return
+    for i in idx:
         try:
-            changes = decoder.decode(r["key"], r["value"], pos, r["topic"])
+            changes = decoder.decode(keys[i], values[i], (), topic)
         except DecodeError as err:
-            yield {**base, **meta, "kind": None, "row": None, "pos": None,
-                   "error_kind": err.kind, "reason": f"{src.table.name} @ {r['topic']}/{r['partition']}/{r['offset']}: {err.reason}"}
+            dead(i, err)
             continue
         for c in changes:
-            yield {**base, **meta, "kind": c.kind, "row": encode_row(c.row), "pos": list(c.pos),
-                   "error_kind": None, "reason": None}
+            change(i, c.kind, c.row)
 
 
 def decode_stream(raw, tables: list[SourceTable]):
@@ -412,14 +460,11 @@ def decode_stream(raw, tables: list[SourceTable]):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = to_arrow_schema(struct, timezone="UTC")
-        names = schema.names
         decoders: dict[str, Any] = {}
         batch_id = _batch_id()
         for batch in batches:
-            out = list(decode_records(batch.to_pylist(), by_topic, batch_id, decoders))
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([o[n] for o in out], type=schema.field(n).type) for n in names], schema=schema
-            )
+            out = decode_records(batch.to_pydict(), by_topic, batch_id, decoders)
+            yield pa.RecordBatch.from_arrays([pa.array(out[n], type=schema.field(n).type) for n in schema.names], schema=schema)
 
     return raw.mapInArrow(run, struct)
 
