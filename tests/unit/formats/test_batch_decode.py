@@ -115,7 +115,7 @@ def record(draw, fmt: str):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_batch_decoder_matches_per_record(fmt, data):
     records = data.draw(st.lists(record(fmt), max_size=30))
