@@ -392,24 +392,71 @@ def _debezium_kinds(op: pa.Array, field: str) -> pa.Array:
     return pc.if_else(pc.equal(op, "u"), UPDATE_AFTER, INSERT)
 
 
+_YEAR = r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_DATE_TEXT = _YEAR + r"-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+_TIME_TEXT = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
+#: Python's datetime range, in the units a JSON number means (days, milliseconds)
+_DAYS = (-719_162, 2_932_896)
+_MILLIS = (-62_135_596_800_000, 253_402_300_799_999)
+
+
+def _fast_mask(t: SqlType, col: pa.Array) -> pa.Array | None:
+    """Where Arrow's cast of a value gives what ``coerce_value`` gives (None: nowhere)."""
+    if pa.types.is_string(col.type):
+        if t.name == "DECIMAL":
+            p, s = t.params
+            if p == s:
+                return None
+            pattern = rf"^-?[0-9]{{1,{p - s}}}" + (rf"(\.[0-9]{{1,{s}}})?$" if s else "$")
+        elif t.name == "DATE":
+            pattern = f"^{_DATE_TEXT}$"
+        else:
+            pattern = f"^{_DATE_TEXT}[ T]{_TIME_TEXT}$"
+        return pc.fill_null(pc.match_substring_regex(col, pattern), False)
+    if t.name == "DECIMAL":  # a JSON number: coerce_value goes through its repr
+        return None
+    lo, hi = _DAYS if t.name == "DATE" else _MILLIS
+    return pc.fill_null(pc.and_(pc.greater_equal(col, lo), pc.less_equal(col, hi)), False)
+
+
+def _fast_cast(t: SqlType, col: pa.Array) -> pa.Array:
+    if t.name == "DATE":
+        return col.cast(pa.date32()) if pa.types.is_string(col.type) else col.cast(pa.int32()).cast(pa.date32())
+    if t.name == "DECIMAL":
+        return col.cast(arrow_type(t))
+    ts = col.cast(pa.timestamp("us")) if pa.types.is_string(col.type) else col.cast(pa.timestamp("ms")).cast(pa.timestamp("us"))
+    precision = t.params[0] if t.params else 6
+    return ts if precision >= 6 else pc.floor_temporal(ts, multiple=10 ** (6 - precision), unit="microsecond")
+
+
 def _coerce_each(t: SqlType, col: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """``coerce_value`` on each value (None where it refuses) and where it accepted."""
+    """A DECIMAL/DATE/TIMESTAMP column's values as ``coerce_value`` converts them (Arrow's
+    cast where it is the same, ``coerce_value`` itself elsewhere) and where it accepted them."""
+    target = arrow_type(t)
+    fast = _fast_mask(t, col)
+    converted = pa.nulls(len(col), target)
+    if fast is not None and pc.any(fast).as_py():
+        try:
+            converted = _fast_cast(t, pc.if_else(fast, col, pa.scalar(None, col.type)))
+        except pa.ArrowInvalid:  # e.g. February 30: every value goes the slow way
+            fast = None
+    slow = pc.is_valid(col) if fast is None else pc.and_(pc.is_valid(col), pc.invert(fast))
+    positions = pc.indices_nonzero(slow)
+    if not len(positions):
+        return converted, pa.array([True] * len(col), pa.bool_())
     as_number = not pa.types.is_string(col.type)
     out: list[Any] = []
-    good: list[bool] = []
-    for v in col.to_pylist():
-        if v is None:
-            out.append(None)
-            good.append(True)
-            continue
+    failed: list[int] = []
+    for i, v in zip(positions.to_pylist(), col.take(positions).to_pylist()):
         if as_number and t.name == "DECIMAL" and (v == 0 or abs(v) >= _TWO_53 or v != v):
+            failed.append(i)  # the reader held it as a double: zero's sign, large integers differ
             out.append(None)
-            good.append(False)
             continue
         try:
             out.append(coerce_value(t, v))
-            good.append(True)
         except Exception:  # the per-record decoder gives this record its exact outcome
+            failed.append(i)
             out.append(None)
-            good.append(False)
-    return pa.array(out, arrow_type(t)), pa.array(good, pa.bool_())
+    converted = pc.replace_with_mask(converted, slow, pa.array(out, target))
+    good = pc.invert(pc.is_in(pa.array(range(len(col)), pa.int64()), pa.array(failed, pa.int64())))
+    return converted, good

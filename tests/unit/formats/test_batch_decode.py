@@ -59,14 +59,18 @@ def assert_same(fmt: str, keys, values, **options: str) -> None:
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.floats(allow_nan=False, width=64),
     st.text(max_size=6), st.sampled_from(["12.5", "-0.001", "2024-01-02", "2024-01-02 03:04:05.123456",
-                                          "2024-01-02T03:04:05+02:00", "abc", "1e3", " 7 ", "NaN", "99999999999"]),
+                                          "2024-01-02T03:04:05+02:00", "abc", "1e3", " 7 ", "NaN", "99999999999",
+                                          "2024-02-30", "2024-02-30 00:00:00", "123.456", "0000-01-01", "2024-01-02 24:00:00",
+                                          "00012.5", ".5", "2024-01-02T03:04"]),
     st.sampled_from([0, -0.0, 1.5, 2**53, 3.0, 19000, 1700000000000]),
 )
 good_values = {
     "id": st.integers(-5, 5), "n": st.integers(-(2**31), 2**31 - 1), "t": st.integers(-128, 127),
     "x": st.floats(allow_nan=False, allow_infinity=False), "s": st.text(max_size=5), "b": st.booleans(),
     "amount": st.one_of(st.decimals(-(10**7), 10**7, places=2).map(str), st.floats(-1e6, 1e6).map(lambda f: round(f, 2))),
-    "d": st.sampled_from(["2024-01-02", "1999-12-31"]), "ts": st.sampled_from(["2024-01-02 03:04:05.123", "2024-01-02T03:04:05"]),
+    "d": st.one_of(st.dates().map(str), st.integers(-719_162, 2_932_896)),
+    "ts": st.one_of(st.datetimes().map(lambda d: d.isoformat(sep=" ")),
+                    st.datetimes().map(lambda d: d.isoformat()), st.integers(-62_135_596_800_000, 253_402_300_799_999)),
 }
 field_names = st.sampled_from([n for n, _ in COLUMNS] + ["ID", "Amount", "other"])
 
