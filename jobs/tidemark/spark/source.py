@@ -375,74 +375,82 @@ def decode_records(
     from tidemark.formats import decoder_for
     from tidemark.formats.batch_decode import batch_decoder_for
 
-    n = len(records["topic"])
-    outputs: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    out: dict[str, list[Any]] = {name: [] for name in _OUTPUT_NAMES}
+    source: list[int] = []  # the record of each output
     by_record_topic: dict[str, list[int]] = {}
     for i, topic in enumerate(records["topic"]):
         by_record_topic.setdefault(topic, []).append(i)
     for topic, idx in by_record_topic.items():
         src = by_topic.get(topic)
         if src is None:
-            for i in idx:
-                outputs[i].append({"table": None, "format": None, "kind": None, "row": None, "pos": None,
-                                   "error_kind": "bad_envelope", "reason": f"no source table reads topic '{topic}'"})
+            _extend(out, source, idx, table=None, format=None, error_kind="bad_envelope",
+                    reason=[f"no source table reads topic '{topic}'"] * len(idx))
             continue
         decoder = decoders.get(topic)
         if decoder is None:
             decoder = decoders[topic] = batch_decoder_for(src.table, src.registry_url) or decoder_for(src.table, src.registry_url)
-        _decode_topic(decoder, src, topic, idx, records, batch_id, outputs)
-    columns: dict[str, list[Any]] = {name: [] for name in _DECODED_NAMES}
-    for i, produced in enumerate(outputs):
-        for o in produced:
-            for name in _RAW_NAMES:
-                columns[name].append(records[name][i])
-            for name in _OUTPUT_NAMES:
-                columns[name].append(o[name])
-    return columns
+        _decode_topic(decoder, src, topic, idx, records, batch_id, out, source)
+    if any(a > b for a, b in zip(source, source[1:])):  # several topics: back to record order
+        order = sorted(range(len(source)), key=source.__getitem__)
+        source = [source[j] for j in order]
+        out = {name: [col[j] for j in order] for name, col in out.items()}
+    for name in _RAW_NAMES:
+        column = records[name]
+        out[name] = [column[i] for i in source]
+    return out
 
 
 _RAW_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value")
 _OUTPUT_NAMES = ("table", "format", "kind", "row", "pos", "error_kind", "reason")
-_DECODED_NAMES = _RAW_NAMES + _OUTPUT_NAMES
+
+
+def _extend(out: dict[str, list[Any]], source: list[int], idx: list[int], **columns: Any) -> None:
+    """Append outputs of the records ``idx``: a column given as a list holds one value per
+    output, any other value is every output's; columns not given are null."""
+    source.extend(idx)
+    for name in _OUTPUT_NAMES:
+        value = columns.get(name)
+        out[name].extend(value if isinstance(value, list) else [value] * len(idx))
 
 
 def _decode_topic(
     decoder: Any, src: SourceTable, topic: str, idx: list[int], records: dict[str, list[Any]], batch_id: int,
-    outputs: list[list[dict[str, Any]]],
+    out: dict[str, list[Any]], source: list[int],
 ) -> None:
-    """Append the outputs of one topic's records (``idx``) to ``outputs``."""
+    """Append the outputs of one topic's records (``idx``) to ``out``."""
     from tidemark.formats import DecodeError
     from tidemark.formats.batch_decode import BatchDecoder
     from tidemark.spark.keyed import encode_row
 
     name = src.table.name
-    meta = {"table": name, "format": decoder.spec.name, "error_kind": None, "reason": None}
+    meta = {"table": name, "format": decoder.spec.name}
     partitions, offsets = records["partition"], records["offset"]
-
-    def dead(i: int, err: DecodeError) -> None:
-        outputs[i].append({**meta, "kind": None, "row": None, "pos": None, "error_kind": err.kind,
-                           "reason": f"{name} @ {topic}/{partitions[i]}/{offsets[i]}: {err.reason}"})
-
-    def change(i: int, kind: str, row: tuple) -> None:
-        pos = [batch_id, src.source_index, partitions[i], offsets[i]]
-        outputs[i].append({**meta, "kind": kind, "row": encode_row(row), "pos": pos})
-
+    dead: list[tuple[int, DecodeError]] = []
+    changed: list[int] = []
+    kinds: list[str] = []
+    rows: list[tuple] = []
     keys, values = records["key"], records["value"]
     if isinstance(decoder, BatchDecoder):
         decoded = decoder.decode([keys[i] for i in idx], [values[i] for i in idx], topic)
-        for j, err in decoded.dead:
-            dead(idx[j], err)
-        for kind, row, j in zip(decoded.kinds.to_pylist(), decoded.row_tuples(), decoded.record.to_pylist()):
-            change(idx[j], kind, row)
-        return
-    for i in idx:
-        try:
-            changes = decoder.decode(keys[i], values[i], (), topic)
-        except DecodeError as err:
-            dead(i, err)
-            continue
-        for c in changes:
-            change(i, c.kind, c.row)
+        dead = [(idx[j], err) for j, err in decoded.dead]
+        changed = [idx[j] for j in decoded.record.to_pylist()]
+        kinds, rows = decoded.kinds.to_pylist(), decoded.row_tuples()
+    else:
+        for i in idx:
+            try:
+                changes = decoder.decode(keys[i], values[i], (), topic)
+            except DecodeError as err:
+                dead.append((i, err))
+                continue
+            changed.extend(i for _ in changes)
+            kinds.extend(c.kind for c in changes)
+            rows.extend(c.row for c in changes)
+    if dead:
+        bad = [i for i, _ in dead]
+        _extend(out, source, bad, **meta, error_kind=[err.kind for _, err in dead],
+                reason=[f"{name} @ {topic}/{partitions[i]}/{offsets[i]}: {err.reason}" for i, err in dead])
+    pos = [[batch_id, src.source_index, partitions[i], offsets[i]] for i in changed]
+    _extend(out, source, changed, **meta, kind=kinds, row=[encode_row(r) for r in rows], pos=pos)
 
 
 def decode_stream(raw, tables: list[SourceTable]):
