@@ -62,13 +62,15 @@ def records(shape: str, fmt: str, n: int) -> tuple[list[bytes | None], list[byte
     return keys, values
 
 
-def median_rate(n: int, run: Callable[[], object], repeats: int) -> float:
-    times = []
+def median_rates(n: int, runs: list[Callable[[], object]], repeats: int) -> list[float]:
+    """Records/s of each run, the runs interleaved so a busy machine slows them alike."""
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return n / statistics.median(times)
+        for run, spent in zip(runs, times):
+            t = time.perf_counter()
+            run()
+            spent.append(time.perf_counter() - t)
+    return [n / statistics.median(spent) for spent in times]
 
 
 def decode_per_record(decoder: Decoder, keys: list, values: list) -> list:
@@ -95,9 +97,11 @@ def main() -> None:
             keys, values = records(shape, fmt, n)
             per, batch = Decoder(t), BatchDecoder(t)
             assert decode_per_record(per, keys, values) == batch.decode(keys, values, "t").row_tuples()
-            before = median_rate(n, lambda: decode_per_record(per, keys, values), repeats)
-            after = median_rate(n, lambda: batch.decode(keys, values, "t").row_tuples(), repeats)
-            arrow = median_rate(n, lambda: batch.decode(keys, values, "t"), repeats)
+            before, after, arrow = median_rates(n, [
+                lambda: decode_per_record(per, keys, values),
+                lambda: batch.decode(keys, values, "t").row_tuples(),
+                lambda: batch.decode(keys, values, "t"),
+            ], repeats)
             print(f"{shape:6} {fmt:15} {'decode':7} {before:11,.0f} {after:11,.0f} {after / before:7.1f}x {arrow:11,.0f}")
         rows = decode_per_record(Decoder(table(shape, "json")), *records(shape, "json", n))
         changes = [Change("+U" if i % 10 else "-D", r, (i,)) for i, r in enumerate(rows)]
@@ -105,8 +109,7 @@ def main() -> None:
             t = table(shape, fmt)
             per, batch = Encoder(t), BatchEncoder(t)
             assert [per.encode(c, "t") for c in changes] == batch.encode(changes, "t")
-            before = median_rate(n, lambda: [per.encode(c, "t") for c in changes], repeats)
-            after = median_rate(n, lambda: batch.encode(changes, "t"), repeats)
+            before, after = median_rates(n, [lambda: [per.encode(c, "t") for c in changes], lambda: batch.encode(changes, "t")], repeats)
             print(f"{shape:6} {fmt:15} {'encode':7} {before:11,.0f} {after:11,.0f} {after / before:7.1f}x {'':>11}")
 
 

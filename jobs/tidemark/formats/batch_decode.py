@@ -373,9 +373,13 @@ class BatchDecoder:
         if not pieces:
             return DecodedBatch(self.schema.empty_table(), pa.array([], pa.string()), pa.array([], pa.int64()), dead)
         rows = pa.concat_tables([p[0] for p in pieces]).combine_chunks()
-        kinds, records, order = (pa.chunked_array([p[i] for p in pieces]).combine_chunks() for i in (1, 2, 3))
+        kinds, records, order = (pa.concat_arrays([_array(p[i]) for p in pieces]) for i in (1, 2, 3))
         sort = pc.sort_indices(pa.table({"r": records, "o": order}), sort_keys=[("r", "ascending"), ("o", "ascending")])
         return DecodedBatch(rows.take(sort), kinds.take(sort), records.take(sort), dead)
+
+
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
 def _without(piece: list, rejected: set[int]) -> tuple:
