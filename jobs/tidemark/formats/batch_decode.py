@@ -18,8 +18,11 @@ or ROW columns, column names that need quoting and Avro formats are decoded reco
 record throughout.
 
 DECIMAL, DATE and TIMESTAMP arrive as JSON strings or numbers; each column is read as the
-form its records used last (a batch in the other form is retried once per column), and the
-values are converted by ``coerce_value`` itself, so their rules exist once.
+form its records used last (a batch in the other form is retried once per column). Values
+in the plain forms (``123.45`` within the scale, ``YYYY-MM-DD``, ``YYYY-MM-DD hh:mm:ss[.f]``,
+epoch days or milliseconds within Python's date range) are cast by Arrow; the others go
+through ``coerce_value`` one by one. A DECIMAL zero loses its sign (Arrow's decimal has no
+negative zero, nor has Flink's): ``-0.001`` in a DECIMAL(10, 2) column is ``0.00``.
 """
 
 from __future__ import annotations

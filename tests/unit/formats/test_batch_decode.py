@@ -160,3 +160,11 @@ def test_tables_without_a_columnar_form_get_none():
     avro = TableDef("v", [Column("id", parse_type("BIGINT"))], ("id",), {"format": "avro"})
     assert batch_decoder_for(composite) is None and batch_decoder_for(avro) is None
     assert batch_decoder_for(table("json")) is not None
+
+
+def test_a_decimal_zero_loses_its_sign():
+    """Arrow's decimal (like Flink's) has no negative zero; the per-record decoder keeps it."""
+    values = [b'{"id": 1, "amount": "-0.00"}', b'{"id": 2, "amount": "-0.001"}', b'{"id": 3, "amount": -0.0}']
+    rows = BatchDecoder(table("json")).decode([None] * 3, values, "t").row_tuples()
+    assert [str(r[6]) for r in rows] == ["0.00", "0.00", "0.00"]
+    assert str(Decoder(table("json")).decode(None, values[0])[0].row[6]) == "-0.00"
