@@ -168,3 +168,25 @@ def test_a_decimal_zero_loses_its_sign():
     rows = BatchDecoder(table("json")).decode([None] * 3, values, "t").row_tuples()
     assert [str(r[6]) for r in rows] == ["0.00", "0.00", "0.00"]
     assert str(Decoder(table("json")).decode(None, values[0])[0].row[6]) == "-0.00"
+
+
+def test_python_values_are_what_arrow_gives():
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from tidemark.formats.batch_decode import python_values
+
+    columns = [
+        pa.array([dt.datetime(1, 1, 1), None, dt.datetime(9999, 12, 31, 23, 59, 59, 999999)], pa.timestamp("us")),
+        pa.array([dt.date(1, 1, 1), None, dt.date(2024, 2, 29)], pa.date32()),
+        pa.array([Decimal("-1.50"), None, Decimal("12345678.99")], pa.decimal128(10, 2)),
+        pa.array([1, -(2**63), 2**63 - 1], pa.int64()), pa.array([1, None, 3], pa.int32()),
+        pa.array([0.1, -0.0, float("inf")]), pa.array([True, False, True]), pa.array(["a", None, "é"]),
+    ]
+    for col in columns:
+        got = python_values(col)
+        assert got == col.to_pylist()
+        assert [type(v) for v in got] == [type(v) for v in col.to_pylist()]
+        assert [str(v) for v in got] == [str(v) for v in col.to_pylist()]
