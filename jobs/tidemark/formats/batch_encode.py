@@ -12,8 +12,11 @@ Avro formats are encoded record by record.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import math
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -33,10 +36,25 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _value_text(t: SqlType, value: Any) -> str:
+    """``_dumps(to_json_value(t, value))``, without the detour for the common classes (their
+    text never needs escaping)."""
+    cls = type(value)
+    if cls is float:
+        return repr(value) if math.isfinite(value) else ("NaN" if value != value else "Infinity" if value > 0 else "-Infinity")
+    if cls is Decimal:
+        return f'"{value}"'
+    if cls is _dt.datetime:
+        return f'"{value.isoformat(sep=" ")}"'
+    if cls is _dt.date:
+        return f'"{value.isoformat()}"'
+    return _dumps(to_json_value(t, value))
+
+
 def fragments(t: SqlType, values: Sequence[Any]) -> pa.Array:
     """The JSON text of each value of a column of type ``t`` (``null`` for None)."""
     if t.is_composite:
-        return pa.array([_dumps(to_json_value(t, v)) for v in values], pa.string())
+        return pa.array([_value_text(t, v) for v in values], pa.string())
     try:
         arr = pa.array(values, from_pandas=False)
     except (pa.ArrowException, OverflowError, TypeError, UnicodeError):  # rendered value by value
@@ -52,7 +70,7 @@ def fragments(t: SqlType, values: Sequence[Any]) -> pa.Array:
     elif arr is not None and pa.types.is_null(arr.type):
         text = pa.nulls(len(values), pa.string())
     else:
-        return pa.array([_dumps(to_json_value(t, v)) for v in values], pa.string())
+        return pa.array([_value_text(t, v) for v in values], pa.string())
     return pc.fill_null(text, "null")
 
 
