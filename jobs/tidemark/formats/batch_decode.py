@@ -47,12 +47,13 @@ from tidemark.formats.errors import DecodeError
 _SIMPLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: what a value must not hold to be read by the batch reader (see module docstring)
 _UNVOUCHED = r"[\n\r\x00\x{FEFF}\x{212A}]|\\u00[2-7][0-9a-fA-F]|\\u212[aA]|^[ \t]*$|^[ \t]*[^{ \t]"
-#: converted by ``coerce_value`` per value, read as a JSON string or number
+#: read as a JSON string or number, converted by ``_coerce_each``
 _RICH = ("DECIMAL", "DATE", "TIMESTAMP")
 _NUMBER_FORM = {"DECIMAL": pa.float64(), "DATE": pa.int64(), "TIMESTAMP": pa.int64()}
 _TWO_53 = float(2**53)
 _SMALLEST_SPLIT = 2
-_KEY_TEXT = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")
+#: a string key value whose JSON text is itself between quotes (printable ASCII, no quote or backslash)
+_KEY_TEXT = r"^[\x20\x21\x23-\x5b\x5d-\x7e]*$"
 
 
 def arrow_type(t: SqlType) -> pa.DataType:
@@ -327,7 +328,7 @@ class BatchDecoder:
             if t.is_integral:
                 texts.append(col.cast(pa.string()))
             elif t.is_string:
-                plain = pc.match_substring_regex(col, f"^{_KEY_TEXT.pattern}$")
+                plain = pc.match_substring_regex(col, _KEY_TEXT)
                 texts.append(pc.if_else(plain, pc.binary_join_element_wise('"', col, '"', ""), pa.scalar(None, pa.string())))
             else:
                 return pa.array([k is None for k in (keys[r] for r in records.to_pylist())])
