@@ -185,9 +185,8 @@ class BatchDecoder:
                 return []
             text = pa.array([values[i] for i in present], pa.binary()).cast(pa.string())
         bad = pc.match_substring_regex(text, _UNVOUCHED)
-        for name in self.names:
-            quoted = f'"{name}"'
-            bad = pc.or_(bad, pc.not_equal(pc.count_substring(text, quoted, ignore_case=True), pc.count_substring(text, quoted)))
+        quoted = '"(' + "|".join(self.names) + ')"'  # a key naming a column in another case: per record
+        bad = pc.or_(bad, pc.not_equal(pc.count_substring_regex(text, quoted, ignore_case=True), pc.count_substring_regex(text, quoted)))
         flags = bad.to_pylist()
         single.extend(i for i, b in zip(present, flags) if b)
         return [i for i, b in zip(present, flags) if not b]
