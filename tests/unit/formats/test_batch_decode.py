@@ -94,7 +94,7 @@ def record(draw, fmt: str):
     if fmt == "debezium-json":
         op = draw(st.sampled_from(["c", "r", "u", "d"] + ([] if good else ["x", None])))
         obj = {"op": op, "before": draw(row_obj(good)) if op in ("u", "d") or not good else None,
-               "after": row if op != "d" else None, "source": {"db": "x", "ID": 1}, "ts_ms": 17}
+               "after": row if op != "d" else None, "source": {"db": "x", "DB": 1}, "ts_ms": 17}
         if not good and draw(st.booleans()):
             obj = draw(st.sampled_from([{"schema": {}, "payload": obj}, {**obj, "ts_ms": 1.5}, {**obj, "after": 3}]))
     elif fmt == "changelog-json":
@@ -143,6 +143,13 @@ def test_common_path_is_columnar(monkeypatch):
     out = decoder.decode([None] * 100, values, "t")
     assert out.rows.num_rows == 200 and out.dead == []
     assert out.kinds.to_pylist()[:2] == ["-U", "+U"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "upsert-json"])
+def test_keys_naming_a_column_in_another_case_decode_as_the_per_record_decoder_does(fmt):
+    values = [b'{"id": 1, "ID": 2}', b'{"ID": 3}', b'{"id": 4, "Amount": "1.5"}', b'{"id": 5, "amount": "1", "AMOUNT": null}',
+              b'{"\\u0069d": 6}', b'{"id": 7, "s": "\\u0041"}']
+    assert_same(fmt, [None] * len(values), values)
 
 
 def test_one_bad_record_loses_no_good_one():
