@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, canonical_key, zset
 from tidemark.formats import dead_letter
+from tidemark.formats.batch_encode import BatchEncoder
 from tidemark.formats.codecs import Encoder
 from tidemark.kafka.config import table_properties
 from tidemark.kafka.transactional import (
@@ -78,6 +79,8 @@ def net_upsert(changes: Iterable[Change]) -> Change | None:
 #: records in under 1 ms (measured on the embedded broker); per batch that was most of the
 #: sink stage's time.
 _PRODUCERS: dict[str, Any] = {}
+#: net changes the upsert sink encodes (and produces) at a time
+ENCODE_BATCH = 10_000
 
 
 def _producer_key(conf: dict[str, Any]) -> str:
@@ -132,34 +135,41 @@ class UpsertSink:
 
             from tidemark.spark.keyed import decode_row
 
-            encoder = Encoder(table, url)
+            encoder = BatchEncoder(table, url)
             for batch in batches:
-                keys = [encoder.encode_key(decode_row(r), topic) for r in batch.column("row").to_pylist()]
+                keys = encoder.encode_keys([decode_row(r) for r in batch.column("row").to_pylist()], topic)
                 yield batch.append_column("key", pa.array(keys, pa.binary()))
 
         def produce(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa
 
-            encoder = Encoder(table, url)
+            encoder = BatchEncoder(table, url)
             producer = _shared_producer(conf)
             errors: list[str] = []
+            finals: list[tuple[bytes, Change]] = []  # each key's net change, encoded a batch at a time
             n = 0
 
             def on_delivery(err, msg) -> None:
                 if err is not None:
                     errors.append(err.str())
 
-            def emit(key: bytes, changes: list[Change]) -> int:
+            def emit() -> int:
+                encoded = encoder.encode([c for _, c in finals], topic)
+                for (key, _), record in zip(finals, encoded):
+                    while True:
+                        try:
+                            producer.produce(topic, key=key, value=record[1], on_delivery=on_delivery)
+                            break
+                        except BufferError:
+                            producer.poll(0.1)
+                written = len(finals)
+                finals.clear()
+                return written
+
+            def close_run(key: bytes, changes: list[Change]) -> None:
                 final = net_upsert(changes)
-                if final is None:
-                    return 0
-                _, value = encoder.encode(final, topic)
-                while True:
-                    try:
-                        producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                        return 1
-                    except BufferError:
-                        producer.poll(0.1)
+                if final is not None:
+                    finals.append((key, final))
 
             current: bytes | None = None
             run: list[Change] = []
@@ -167,12 +177,15 @@ class UpsertSink:
                 for batch in batches:
                     for r, change in zip(batch.column("key").to_pylist(), _changes_of(batch.to_pylist())):
                         if r != current and run:
-                            n += emit(current, run)
+                            close_run(current, run)
                             run = []
                         current = r
                         run.append(change)
+                    if len(finals) >= ENCODE_BATCH:
+                        n += emit()
                 if run:
-                    n += emit(current, run)
+                    close_run(current, run)
+                n += emit()
                 if producer.flush(timeout) or errors:
                     raise SinkWriteError(f"upsert sink '{topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
             except BaseException:
@@ -210,9 +223,8 @@ class ChangelogSink:
         table, url, topic = self.table, self.registry_url, self.topic
 
         def encode(rows: Iterator[Any]) -> Iterator[tuple[tuple, bytes | None, bytes | None]]:
-            encoder = Encoder(table, url)
-            for c in _changes_of(rows):
-                key, value = encoder.encode(c, topic)
+            changes = list(_changes_of(rows))
+            for c, (key, value) in zip(changes, BatchEncoder(table, url).encode(changes, topic)):
                 yield canonical_key(c), key, value
 
         self.writer.start()

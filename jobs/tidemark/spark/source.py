@@ -422,35 +422,91 @@ def _batch_id() -> int:
 
 
 def decode_records(
-    records: list[dict[str, Any]], by_topic: dict[str, SourceTable], batch_id: int, decoders: dict[str, Any]
-) -> Iterator[dict[str, Any]]:
-    """Decode raw records (dicts of the source's columns) into ``DECODED_SCHEMA`` rows.
-    Spark-free, so the DLQ routing is testable without a session."""
-    from tidemark.formats import DecodeError, decoder_for
+    records: dict[str, list[Any]], by_topic: dict[str, SourceTable], batch_id: int, decoders: dict[str, Any]
+) -> dict[str, list[Any]]:
+    """Decode raw records (the source's columns, as lists) into ``DECODED_SCHEMA`` columns,
+    each record's outputs in record order. A JSON table's records are decoded a batch per
+    topic (``tidemark.formats.batch_decode``), others record by record. Spark-free, so the
+    DLQ routing is testable without a session."""
+    from tidemark.formats import decoder_for
+    from tidemark.formats.batch_decode import batch_decoder_for
+
+    out: dict[str, list[Any]] = {name: [] for name in _OUTPUT_NAMES}
+    source: list[int] = []  # the record of each output
+    by_record_topic: dict[str, list[int]] = {}
+    for i, topic in enumerate(records["topic"]):
+        by_record_topic.setdefault(topic, []).append(i)
+    for topic, idx in by_record_topic.items():
+        src = by_topic.get(topic)
+        if src is None:
+            _extend(out, source, idx, table=None, format=None, error_kind="bad_envelope",
+                    reason=[f"no source table reads topic '{topic}'"] * len(idx))
+            continue
+        decoder = decoders.get(topic)
+        if decoder is None:
+            decoder = decoders[topic] = batch_decoder_for(src.table, src.registry_url) or decoder_for(src.table, src.registry_url)
+        _decode_topic(decoder, src, topic, idx, records, batch_id, out, source)
+    if any(a > b for a, b in zip(source, source[1:])):  # several topics: back to record order
+        order = sorted(range(len(source)), key=source.__getitem__)
+        source = [source[j] for j in order]
+        out = {name: [col[j] for j in order] for name, col in out.items()}
+    for name in _RAW_NAMES:
+        column = records[name]
+        out[name] = [column[i] for i in source]
+    return out
+
+
+_RAW_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value")
+_OUTPUT_NAMES = ("table", "format", "kind", "row", "pos", "error_kind", "reason")
+
+
+def _extend(out: dict[str, list[Any]], source: list[int], idx: list[int], **columns: Any) -> None:
+    """Append outputs of the records ``idx``: a column given as a list holds one value per
+    output, any other value is every output's; columns not given are null."""
+    source.extend(idx)
+    for name in _OUTPUT_NAMES:
+        value = columns.get(name)
+        out[name].extend(value if isinstance(value, list) else [value] * len(idx))
+
+
+def _decode_topic(
+    decoder: Any, src: SourceTable, topic: str, idx: list[int], records: dict[str, list[Any]], batch_id: int,
+    out: dict[str, list[Any]], source: list[int],
+) -> None:
+    """Append the outputs of one topic's records (``idx``) to ``out``."""
+    from tidemark.formats import DecodeError
+    from tidemark.formats.batch_decode import BatchDecoder
     from tidemark.spark.keyed import encode_row
 
-    for r in records:
-        src = by_topic.get(r["topic"])
-        base = {"topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "timestamp": r["timestamp"],
-                "key": r["key"], "value": r["value"]}
-        if src is None:
-            yield {**base, "table": None, "format": None, "kind": None, "row": None, "pos": None,
-                   "error_kind": "bad_envelope", "reason": f"no source table reads topic '{r['topic']}'"}
-            continue
-        decoder = decoders.get(r["topic"])
-        if decoder is None:
-            decoder = decoders[r["topic"]] = decoder_for(src.table, src.registry_url)
-        pos = (batch_id, src.source_index, r["partition"], r["offset"])
-        meta = {"table": src.table.name, "format": decoder.spec.name}
-        try:
-            changes = decoder.decode(r["key"], r["value"], pos, r["topic"])
-        except DecodeError as err:
-            yield {**base, **meta, "kind": None, "row": None, "pos": None,
-                   "error_kind": err.kind, "reason": f"{src.table.name} @ {r['topic']}/{r['partition']}/{r['offset']}: {err.reason}"}
-            continue
-        for c in changes:
-            yield {**base, **meta, "kind": c.kind, "row": encode_row(c.row), "pos": list(c.pos),
-                   "error_kind": None, "reason": None}
+    name = src.table.name
+    meta = {"table": name, "format": decoder.spec.name}
+    partitions, offsets = records["partition"], records["offset"]
+    dead: list[tuple[int, DecodeError]] = []
+    changed: list[int] = []
+    kinds: list[str] = []
+    rows: list[tuple] = []
+    keys, values = records["key"], records["value"]
+    if isinstance(decoder, BatchDecoder):
+        decoded = decoder.decode([keys[i] for i in idx], [values[i] for i in idx], topic)
+        dead = [(idx[j], err) for j, err in decoded.dead]
+        changed = [idx[j] for j in decoded.record.to_pylist()]
+        kinds, rows = decoded.kinds.to_pylist(), decoded.row_tuples()
+    else:
+        for i in idx:
+            try:
+                changes = decoder.decode(keys[i], values[i], (), topic)
+            except DecodeError as err:
+                dead.append((i, err))
+                continue
+            changed.extend(i for _ in changes)
+            kinds.extend(c.kind for c in changes)
+            rows.extend(c.row for c in changes)
+    if dead:
+        bad = [i for i, _ in dead]
+        _extend(out, source, bad, **meta, error_kind=[err.kind for _, err in dead],
+                reason=[f"{name} @ {topic}/{partitions[i]}/{offsets[i]}: {err.reason}" for i, err in dead])
+    pos = [[batch_id, src.source_index, partitions[i], offsets[i]] for i in changed]
+    _extend(out, source, changed, **meta, kind=kinds, row=[encode_row(r) for r in rows], pos=pos)
 
 
 def decode_stream(raw, tables: list[SourceTable]):
@@ -468,14 +524,11 @@ def decode_stream(raw, tables: list[SourceTable]):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = to_arrow_schema(struct, timezone="UTC")
-        names = schema.names
         decoders: dict[str, Any] = {}
         batch_id = _batch_id()
         for batch in batches:
-            out = list(decode_records(batch.to_pylist(), by_topic, batch_id, decoders))
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([o[n] for o in out], type=schema.field(n).type) for n in names], schema=schema
-            )
+            out = decode_records(batch.to_pydict(), by_topic, batch_id, decoders)
+            yield pa.RecordBatch.from_arrays([pa.array(out[n], type=schema.field(n).type) for n in schema.names], schema=schema)
 
     return raw.mapInArrow(run, struct)
 
