@@ -192,7 +192,16 @@ def _fail(t: SqlType, value: Any) -> ValueError:
 
 def coerce_value(t: SqlType, value: Any) -> Any:
     """Convert one decoded (JSON/Avro) value into the Python value of ``t``; None stays
-    None. Raises ValueError("expected BIGINT, got 'abc'")-style messages."""
+    None. Raises ValueError("expected BIGINT, got 'abc'")-style messages, also for values
+    Python's date, time and float types cannot hold (their OverflowError would fail a
+    whole batch instead of sending one record to the dead letters)."""
+    try:
+        return _coerce(t, value)
+    except OverflowError:
+        raise ValueError(f"expected {t}, got {_show(value)} (out of range)") from None
+
+
+def _coerce(t: SqlType, value: Any) -> Any:
     if value is None:
         return None
     name = t.name

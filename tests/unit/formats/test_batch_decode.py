@@ -197,3 +197,18 @@ def test_python_values_are_what_arrow_gives():
         assert got == col.to_pylist()
         assert [type(v) for v in got] == [type(v) for v in col.to_pylist()]
         assert [str(v) for v in got] == [str(v) for v in col.to_pylist()]
+
+
+@pytest.mark.parametrize(("column", "value"), [("d", 99999999), ("ts", 10**17), ("ts", -(10**17)), ("f", 10**400)])
+def test_a_value_python_cannot_hold_is_one_dead_letter(column, value):
+    """A DATE in epoch days or a TIMESTAMP in epoch ms beyond Python's datetime range, or an
+    integer beyond a float's, fails its record, not the batch (it used to raise OverflowError)."""
+    t = TableDef("t", [Column("id", parse_type("BIGINT")), Column("d", parse_type("DATE")),
+                       Column("ts", parse_type("TIMESTAMP(3)")), Column("f", parse_type("DOUBLE"))],
+                 options={"format": "json"})
+    values = [json.dumps({"id": 1}).encode(), f'{{"id": 2, "{column}": {value}}}'.encode(), json.dumps({"id": 3}).encode()]
+    with pytest.raises(DecodeError, match="out of range"):
+        Decoder(t).decode(None, values[1], topic="t")
+    out = BatchDecoder(t).decode([None] * 3, values, "t")
+    assert [i for i, _ in out.dead] == [1]
+    assert out.record.to_pylist() == [0, 2]
