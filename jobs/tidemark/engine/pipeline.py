@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.plan import Node, Planner, format_key
+from tidemark.engine.planner import Node, Planner, format_key
 from tidemark.engine.sql import parse_script, too_deep
 
 

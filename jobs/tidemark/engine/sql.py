@@ -3,7 +3,7 @@
 The dialect extends sqlglot's parser rather than rewriting text, so every node keeps its
 source position and every syntax error names its line and column. This module only
 parses and checks statements (DDL, SET, the single INSERT); what the query means is the
-planner's job (``tidemark.engine.plan``).
+planner's job (``tidemark.engine.planner``).
 """
 
 from __future__ import annotations
