@@ -65,6 +65,8 @@ class AggregatePlanner(PlanGraph):
             """Map a select/having expression onto the aggregate's output row."""
 
             def sub(node: exp.Expr) -> exp.Expr:
+                if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
+                    return exp.Column(this=exp.Identifier(this=f"__a{k + agg_slot(self._without_filter(node))}"))
                 if isinstance(node, exp.AggFunc):
                     return exp.Column(this=exp.Identifier(this=f"__a{k + agg_slot(node)}"))
                 if not isinstance(node, exp.Star) and not (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)):
@@ -129,6 +131,43 @@ class AggregatePlanner(PlanGraph):
             detail={"group_by": group_names, "aggregates": agg_names},
         )  # fmt: skip
         return self.calc(node.id, post, having_pred, unique_names(names), purpose="select")
+
+    def distinct(self, input_id: int) -> int:
+        """SELECT DISTINCT: a group aggregate on every column with no aggregate call (a
+        group's row is there while at least one input row is, as Flink plans it)."""
+        from tidemark.engine.stages.aggregate import GroupAggregate
+
+        src = self.node(input_id)
+        name = self._stage_name("aggregate")
+        group_by = tuple(range(src.width))
+        node = self._add(
+            "aggregate", name, [input_id], src.columns, src.types,
+            upsert_keys=frozenset({Key(group_by)}), changelog_mode="retract",
+            stage=GroupAggregate(group_by, [], name=name),
+            detail={"group_by": list(src.columns), "aggregates": []},
+        )  # fmt: skip
+        return node.id
+
+    @staticmethod
+    def _without_filter(node: exp.Expr) -> exp.Expr:
+        """``AGG(x) FILTER (WHERE c)`` is ``AGG(CASE WHEN c THEN x END)``: every aggregate
+        ignores NULLs, so the rows the filter drops do not count (``COUNT(*)`` counts 1s)."""
+        if not isinstance(node, exp.Filter):
+            return node
+        agg, cond = node.this, node.expression.this
+
+        def when(value: exp.Expr) -> exp.Expr:
+            return exp.Case(ifs=[exp.If(this=cond.copy(), true=value.copy())])
+
+        out = agg.copy()
+        arg = out.this
+        if isinstance(out, exp.Count) and (arg is None or isinstance(arg, exp.Star)):
+            out.set("this", when(exp.Literal.number(1)))
+        elif isinstance(arg, exp.Distinct):
+            arg.set("expressions", [when(e) for e in arg.expressions])
+        elif arg is not None:
+            out.set("this", when(arg))
+        return out
 
     def _agg_call(self, node: exp.Expr) -> tuple[str, exp.Expr | None, bool]:
         if isinstance(node, exp.Count):

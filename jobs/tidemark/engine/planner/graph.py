@@ -3,6 +3,7 @@ calcs, which every stage builder adds through."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -17,6 +18,17 @@ from tidemark.engine.planner.rewrite import conjoin, substitute
 from tidemark.engine.sql import Script
 
 
+@dataclass
+class NamedQuery:
+    """A CTE or a view: a query read by name, with the column names it gives."""
+
+    name: str
+    columns: list[str] | None
+    query: exp.Query
+    where: exp.Expr
+    is_view: bool = False
+
+
 class PlanGraph:
     def __init__(self, script: Script) -> None:
         self.script = script
@@ -27,6 +39,9 @@ class PlanGraph:
         self.sink_sources: dict[int, str] = {}  # sink position -> query column name
         # eventual delta joins: join node id -> (regular join stage, mode, upsert keys) to fall back to
         self._delta_fallback: dict[int, tuple[Any, str, frozenset]] = {}
+        # named queries in scope while planning: CTEs (innermost WITH last), then views
+        self.ctes: list[dict[str, NamedQuery]] = []
+        self.expanding: list[str] = []  # CTE and view names being planned (a cycle check)
 
     # ------------------------------------------------------------------ node helpers
 

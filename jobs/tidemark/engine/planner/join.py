@@ -7,8 +7,8 @@ from sqlglot import exp
 
 from tidemark.engine import limits
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.errors import PlanError
-from tidemark.engine.expressions import RowPredicate, check_supported, col_index, to_spark_sql
+from tidemark.engine.errors import PlanError, SqlError
+from tidemark.engine.expressions import RowPredicate, check_supported, col_index, referenced_columns, to_spark_sql
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.keys import join_keys
 from tidemark.engine.planner.node import Key, Node
@@ -18,7 +18,10 @@ from tidemark.engine.sql import describe, position_of, sql_error
 
 
 class JoinPlanner(PlanGraph):
-    def join(self, join: exp.Join, scope: Scope, left_id: int) -> int:
+    def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None) -> int:
+        """Plan one JOIN. ``pending`` holds the WHERE conjuncts not yet placed: a comma join
+        (``FROM a, b WHERE a.id = b.id``) takes those that refer to its right side and to
+        nothing not yet joined as its condition, which is the same inner join as ON."""
         side = (join.text("side") or "").upper()
         kind = (join.text("kind") or "").upper()
         if join.args.get("method"):
@@ -28,10 +31,9 @@ class JoinPlanner(PlanGraph):
         if join.args.get("using"):
             raise sql_error("JOIN ... USING is not supported; write ON a.col = b.col", join)
         on = join.args.get("on")
-        if on is None:
-            raise sql_error(
-                "a join without ON (cross join or comma join) is not supported; equi-joins only", join.this
-            )
+        comma = on is None and not side and not kind
+        if on is None and not comma:
+            raise sql_error(f"a {side} JOIN without ON is not supported; equi-joins only", join.this)
         join_type = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}.get(side)
         if join_type is None:
             raise sql_error(f"{side} JOIN is not supported", join)
@@ -39,7 +41,10 @@ class JoinPlanner(PlanGraph):
         right_id = self.relation(join.this, scope)
         if scope.width > limits.COLUMNS.value:
             raise limits.COLUMNS.refuse(f"the join is {scope.width} columns wide", *position_of(join.this))
-        condition = self.resolve(on, scope)
+        if comma:
+            on, condition = self._comma_condition(join, scope, left_width, pending if pending is not None else [])
+        else:
+            condition = self.resolve(on, scope)
         lkeys: list[int] = []
         rkeys: list[int] = []
         residual: list[exp.Expr] = []
@@ -88,6 +93,33 @@ class JoinPlanner(PlanGraph):
         )  # fmt: skip
         self._choose_delta_join(node, left, right, lkeys, rkeys)
         return node.id
+
+    def _comma_condition(
+        self, join: exp.Join, scope: Scope, left_width: int, pending: list[exp.Expr]
+    ) -> tuple[exp.Expr, exp.Expr]:
+        """Move the WHERE conjuncts this comma join can evaluate (all their columns joined
+        by now, one on its right side) from ``pending`` into its condition: (as written, resolved)."""
+        written: list[exp.Expr] = []
+        taken: list[exp.Expr] = []
+        for conj in list(pending):
+            try:
+                resolved = self.resolve(conj, scope)
+            except SqlError as e:
+                if "ambiguous" in str(e):
+                    raise
+                continue  # refers to a table joined later (or is wrong: reported with the WHERE)
+            if any(i >= left_width for i in referenced_columns(resolved)):
+                written.append(conj)
+                taken.append(resolved)
+                pending.remove(conj)
+        condition = conjoin(taken)
+        if condition is None:
+            raise sql_error(
+                f"comma join with {describe(join.this)} has no join condition in WHERE (a cross join); "
+                "add an equality between a column of each side",
+                join.this,
+            )
+        return conjoin(written), condition
 
     def _choose_delta_join(self, node: Node, left: Node, right: Node, lkeys: list[int], rkeys: list[int]) -> None:
         """Delta join or regular join (``tidemark.engine.delta_plan`` has the rules)."""

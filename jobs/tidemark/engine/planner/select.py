@@ -6,17 +6,15 @@ from __future__ import annotations
 from sqlglot import exp
 
 from tidemark.engine.expressions import col_ref
-from tidemark.engine.planner.graph import PlanGraph
-from tidemark.engine.planner.rewrite import unique_names
+from tidemark.engine.planner.graph import NamedQuery, PlanGraph
+from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
 from tidemark.engine.planner.scope import Scope
 from tidemark.engine.sql import describe, position_of, sql_error
 
 _UNSUPPORTED_SELECT_ARGS = {
-    "distinct": "SELECT DISTINCT",
     "order": "ORDER BY in a streaming query",
     "limit": "LIMIT in a streaming query",
     "offset": "OFFSET",
-    "with_": "WITH (common table expressions)",
     "windows": "WINDOW clauses",
     "qualify": "QUALIFY",
     "laterals": "LATERAL",
@@ -47,7 +45,56 @@ class SelectPlanner(PlanGraph):
             raise sql_error(f"{op} is not supported", q)
         if not isinstance(q, exp.Select):
             raise sql_error(f"unsupported query {describe(q)}", q)
-        return self.select(q)
+        with_ = q.args.get("with_")
+        if with_ is None:
+            return self.select(q)
+        if with_.args.get("recursive"):
+            raise sql_error("WITH RECURSIVE is not supported", with_)
+        named: dict[str, NamedQuery] = {}
+        self.ctes.append(named)
+        try:
+            for cte in with_.expressions:
+                alias = cte.args.get("alias")
+                columns = [c.name for c in alias.columns] if alias is not None and alias.columns else None
+                if cte.alias.lower() in named:
+                    raise sql_error(f"WITH defines '{cte.alias}' twice", cte)
+                named[cte.alias.lower()] = NamedQuery(cte.alias, columns, cte.this, cte)
+            body = q.copy()
+            body.set("with_", None)
+            return self.select(body)
+        finally:
+            self.ctes.pop()
+
+    def named_query(self, name: str) -> NamedQuery | None:
+        """A CTE in scope (innermost first) or a view, by name; tables come after both."""
+        for named in reversed(self.ctes):
+            if name.lower() in named:
+                return named[name.lower()]
+        view = self.script.view(name)
+        return None if view is None else NamedQuery(view.name, view.columns, view.query, view.node, is_view=True)
+
+    def plan_named(self, named: NamedQuery, where: exp.Expr) -> int:
+        """Plan a CTE or view where it is read (as Flink inlines views), renamed to its column list."""
+        if named.name.lower() in self.expanding:
+            raise sql_error(f"'{named.name}' refers to itself (recursive views and CTEs are not supported)", where)
+        self.expanding.append(named.name.lower())
+        outer = self.ctes
+        # a view sees tables and other views, never the CTEs of the query that reads it
+        self.ctes = [] if named.is_view else outer
+        try:
+            node_id = self.query(named.query)
+        finally:
+            self.ctes = outer
+            self.expanding.pop()
+        if named.columns is None:
+            return node_id
+        n = self.node(node_id)
+        if len(named.columns) != n.width:
+            raise sql_error(
+                f"'{named.name}' lists {len(named.columns)} column names but its query gives {n.width} columns",
+                named.where,
+            )
+        return self.calc(node_id, [col_ref(i) for i in range(n.width)], None, unique_names(named.columns), purpose="rename")
 
     def select(self, sel: exp.Select) -> int:
         for arg, what in _UNSUPPORTED_SELECT_ARGS.items():
@@ -60,22 +107,32 @@ class SelectPlanner(PlanGraph):
                 raise sql_error(f"window function {describe(node)} is not supported", node)
             if isinstance(node, (exp.Subquery, exp.Exists)) and node is not sel and not self._is_from_item(node, sel):
                 raise sql_error(f"subquery in an expression ({describe(node)}) is not supported; use a join", node)
-        scope, node_id = self.from_clause(sel)
-
         where = sel.args.get("where")
-        predicate = None
-        if where is not None:
-            for agg in where.this.find_all(exp.AggFunc):
-                raise sql_error(f"aggregate {describe(agg)} is not allowed in WHERE; use HAVING", agg)
-            predicate = self.resolve(where.this, scope)
+        pending = conjuncts(where.this) if where is not None else []
+        for agg in (a for c in pending for a in c.find_all(exp.AggFunc)):
+            raise sql_error(f"aggregate {describe(agg)} is not allowed in WHERE; use HAVING", agg)
+        taken = list(pending)
+        scope, node_id = self.from_clause(sel, pending)
+        for conj in taken:
+            self.resolve(conj, scope)  # a comma join's condition must also be unambiguous in the whole FROM
+        if len(pending) == len(taken):  # no comma join took a conjunct: the WHERE as written
+            predicate = self.resolve(where.this, scope) if where is not None else None
+        else:
+            predicate = conjoin([self.resolve(c, scope) for c in pending])
 
         group = sel.args.get("group")
         has_aggs = any(self._find_aggs(e) for e in sel.expressions) or sel.args.get("having") is not None
+        distinct = sel.args.get("distinct")
+        if distinct is not None and distinct.args.get("on") is not None:
+            raise sql_error("SELECT DISTINCT ON is not supported", sel)
+        if distinct is not None and (group is not None or has_aggs):
+            raise sql_error("SELECT DISTINCT with GROUP BY or aggregates is not supported; drop DISTINCT or nest the query", sel)
         if group is not None or has_aggs:
             return self.aggregate(sel, scope, node_id, predicate)
 
         projections, names = self.projections(sel, scope)
-        return self.calc(node_id, projections, predicate, names, purpose="select")
+        node_id = self.calc(node_id, projections, predicate, names, purpose="select")
+        return node_id if distinct is None else self.distinct(node_id)
 
     @staticmethod
     def _is_from_item(node: exp.Expr, sel: exp.Select) -> bool:
@@ -88,14 +145,14 @@ class SelectPlanner(PlanGraph):
             parent = parent.parent
         return False
 
-    def from_clause(self, sel: exp.Select) -> tuple[Scope, int]:
+    def from_clause(self, sel: exp.Select, pending: list[exp.Expr]) -> tuple[Scope, int]:
         from_ = sel.args.get("from_")
         if from_ is None:
             raise sql_error("SELECT without FROM is not supported: a pipeline reads tables", sel)
         scope = Scope()
         node_id = self.relation(from_.this, scope)
         for join in sel.args.get("joins") or []:
-            node_id = self.join(join, scope, node_id)
+            node_id = self.join(join, scope, node_id, pending)
         return scope, node_id
 
     def relation(self, item: exp.Expr, scope: Scope) -> int:
@@ -110,6 +167,12 @@ class SelectPlanner(PlanGraph):
                     "a regular join would compute something else, so it is refused",
                     item.args["version"],
                 )
+            named = self.named_query(item.name)
+            if named is not None:
+                node_id = self.plan_named(named, item)
+                n = self.node(node_id)
+                scope.add(item.alias or named.name, n.columns, n.types, item)
+                return node_id
             table = self.script.table(item.name)
             if table is None:
                 raise sql_error(f"unknown table '{item.name}' (declare it with CREATE TABLE)", item)

@@ -116,8 +116,14 @@ class SinkPlanner(PlanGraph):
             out.append(name if q is None or q == name else f"{q} AS {name}")
         return out
 
-    def _read_tables(self, q: exp.Expr) -> set[str]:
-        return {t.name for t in q.find_all(exp.Table)}
+    def _read_tables(self, q: exp.Expr, seen: frozenset[str] = frozenset()) -> set[str]:
+        """Names read by ``q``, through the views it reads (a cycle is reported when planned)."""
+        names = {t.name for t in q.find_all(exp.Table)}
+        for name in list(names):
+            view = self.script.view(name)
+            if view is not None and name.lower() not in seen:
+                names |= self._read_tables(view.query, seen | {name.lower()})
+        return names
 
     def finish(self, ins: InsertStatement, input_id: int) -> None:
         """Plan what sits between the query and the sink: nothing, a materializer, or a
