@@ -19,7 +19,7 @@ import datetime as _dt
 import math
 import types as _pytypes
 from collections.abc import Callable, Sequence
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from typing import Any
 
 from sqlglot import exp
@@ -52,6 +52,9 @@ def referenced_columns(expr: exp.Expr) -> set[int]:
 # --------------------------------------------------------------------------- runtime env
 
 
+_JAVA_FLOAT_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def _sql_cast(value: Any, name: str, params: tuple) -> Any:
     """CAST with Tidemark's value model (DECIMAL stays exact, strings parse strictly)."""
     if value is None:
@@ -64,6 +67,8 @@ def _sql_cast(value: Any, name: str, params: tuple) -> Any:
             return "TRUE" if value else "FALSE"
         if isinstance(value, _dt.datetime):
             return value.isoformat(sep=" ")
+        if isinstance(value, float) and not math.isfinite(value):
+            return _JAVA_FLOAT_TEXT[str(value)]  # Java's spelling, as Flink and Spark write it
         return str(value)
     if t.is_integral:
         if isinstance(value, str):
@@ -154,6 +159,75 @@ def _sql_round(value: Any, decimals: Any = None, *_: Any) -> Any:
     return value if d >= 0 else int(Decimal(value).quantize(Decimal(1).scaleb(-d), rounding=ROUND_HALF_UP))
 
 
+def _sql_floor(value: Any) -> Any:
+    """FLOOR keeps its argument's type, as Flink's does (DOUBLE stays DOUBLE)."""
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, Decimal):
+        return value.to_integral_value(rounding=ROUND_FLOOR)
+    return float(math.floor(value)) if math.isfinite(value) else value
+
+
+def _sql_ceil(value: Any) -> Any:
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, Decimal):
+        return value.to_integral_value(rounding=ROUND_CEILING)
+    return float(math.ceil(value)) if math.isfinite(value) else value
+
+
+def _sql_sqrt(value: Any) -> Any:
+    """SQRT is a DOUBLE; of a negative number it is NaN (Java's Math.sqrt), not an error."""
+    if value is None:
+        return None
+    v = float(value)
+    return math.sqrt(v) if v >= 0 else math.nan
+
+
+def _sql_nullif(a: Any, b: Any) -> Any:
+    return None if a is not None and b is not None and a == b else a
+
+
+def _sql_distinct(a: Any, b: Any) -> bool:
+    """``a IS DISTINCT FROM b``: NULL equals NULL, and the answer is never NULL."""
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return bool(a != b)
+
+
+def _sql_replace(s: Any, search: Any, repl: Any) -> Any:
+    if s is None or search is None or repl is None:
+        return None
+    return s if search == "" else s.replace(search, repl)
+
+
+def _sql_pad(s: Any, length: Any, fill: Any, left: bool) -> Any:
+    """LPAD/RPAD: shorter strings are cut to ``length``; a negative length or an empty
+    fill gives NULL (Flink's rule)."""
+    if s is None or length is None or fill is None or length < 0 or fill == "":
+        return None
+    if len(s) >= length:
+        return s[:length]
+    pad = (fill * length)[: length - len(s)]
+    return pad + s if left else s + pad
+
+
+def _sql_concat_ws(sep: Any, *values: Any) -> Any:
+    """CONCAT_WS skips NULL values (all NULL: the empty string); only a NULL separator gives NULL."""
+    if sep is None:
+        return None
+    return sep.join(str(v) for v in values if v is not None)
+
+
+def _sql_split_index(s: Any, sep: Any, index: Any) -> Any:
+    """SPLIT_INDEX(s, sep, i): the i-th (from 0) piece of ``s`` split at each ``sep``,
+    empty pieces kept; NULL when ``i`` is out of range or negative."""
+    if s is None or sep is None or index is None or index < 0 or sep == "":
+        return None
+    parts = s.split(sep)
+    return parts[index] if index < len(parts) else None
+
+
 RUNTIME_ENV: dict[str, Any] = {
     **ENV,
     "TM_CAST": _sql_cast,
@@ -164,6 +238,15 @@ RUNTIME_ENV: dict[str, Any] = {
     "MUL": _sql_mul,
     "Decimal": Decimal,
     "ROUND": _sql_round,
+    "TM_FLOOR": _sql_floor,
+    "TM_CEIL": _sql_ceil,
+    "TM_SQRT": _sql_sqrt,
+    "TM_NULLIF": _sql_nullif,
+    "TM_DISTINCT": _sql_distinct,
+    "TM_REPLACE": _sql_replace,
+    "TM_PAD": _sql_pad,
+    "TM_SPLIT_INDEX": _sql_split_index,
+    "TM_CONCAT_WS": _sql_concat_ws,
     "SqlType": SqlType,  # composite CAST targets are rendered as SqlType(...) literals
 }
 # non-deterministic functions would break retractions (a -U must equal its +I)
@@ -195,14 +278,65 @@ def _literal_py(self: PythonGenerator, e: exp.Literal) -> str:
     return text
 
 
+class SplitIndex(exp.Expression, exp.Func):
+    """Flink's ``SPLIT_INDEX(string, delimiter, index)`` (sqlglot has no node for it)."""
+
+    arg_types = {"this": True, "expression": True, "index": True}
+    _sql_names = ["SPLIT_INDEX"]
+
+
+def _call(name: str, *args: exp.Expr | None) -> Callable[[PythonGenerator, exp.Expr], str]:
+    """A Python transform rendering a node as ``name(arg, ...)`` over the node's arguments."""
+
+    def render(self: PythonGenerator, e: exp.Expr) -> str:
+        return f"{name}({', '.join(self.sql(e.args.get(a)) for a in args)})"  # type: ignore[arg-type]
+
+    return render
+
+
+def _case_py(self: PythonGenerator, e: exp.Case) -> str:
+    """The simple ``CASE x WHEN v THEN ...`` is the searched ``CASE WHEN x = v THEN ...``."""
+    operand = e.args.get("this")
+    if operand is None:
+        return PythonGenerator.TRANSFORMS[exp.Case](self, e)
+    ifs = [exp.If(this=exp.EQ(this=operand.copy(), expression=i.this.copy()), true=i.args["true"].copy()) for i in e.args.get("ifs") or []]
+    default = e.args.get("default")
+    return self.sql(exp.Case(ifs=ifs, default=default.copy() if default is not None else None))
+
+
+def _pad_py(self: PythonGenerator, e: exp.Pad) -> str:
+    fill = e.args.get("fill_pattern")
+    return f"TM_PAD({self.sql(e.this)}, {self.sql(e.expression)}, {self.sql(fill) if fill is not None else repr(' ')}, {bool(e.args.get('is_left'))})"
+
+
+def _no_decimals(name: str) -> Callable[[PythonGenerator, exp.Expr], str]:
+    def render(self: PythonGenerator, e: exp.Expr) -> str:
+        if e.args.get("decimals") is not None or e.args.get("to") is not None:
+            raise SqlError(f"{e.sql_name()} with a second argument is not supported")
+        return f"{name}({self.sql(e.this)})"
+
+    return render
+
+
 class _RowGenerator(PythonGenerator):
     TRANSFORMS = {
         **PythonGenerator.TRANSFORMS,
+        exp.Floor: _no_decimals("TM_FLOOR"),
+        exp.Ceil: _no_decimals("TM_CEIL"),
+        exp.Sqrt: _call("TM_SQRT", "this"),
+        exp.Nullif: _call("TM_NULLIF", "this", "expression"),
+        exp.NullSafeNEQ: _call("TM_DISTINCT", "this", "expression"),
+        exp.NullSafeEQ: lambda self, e: f"(not TM_DISTINCT({self.sql(e.this)}, {self.sql(e.expression)}))",
+        exp.Replace: _call("TM_REPLACE", "this", "expression", "replacement"),
+        exp.Pad: _pad_py,
+        exp.ConcatWs: lambda self, e: f"TM_CONCAT_WS({', '.join(self.sql(a) for a in e.expressions)})",
+        SplitIndex: _call("TM_SPLIT_INDEX", "this", "expression", "index"),
         exp.Column: _column_py,
         exp.Literal: _literal_py,
         exp.Cast: _cast_py,
         exp.TryCast: _cast_py,
         exp.Div: lambda self, e: f"DIV({self.sql(e.this)}, {self.sql(e.expression)})",
+        exp.Case: _case_py,
     }
 
 
@@ -283,9 +417,26 @@ def to_spark_sql(expr: exp.Expr, input_names: Sequence[str]) -> str:
         i = col_index(node)
         if i is not None:
             return exp.Column(this=exp.Identifier(this=input_names[i], quoted=True))
+        if isinstance(node, SplitIndex):
+            return _split_index_spark(node)
+        if isinstance(node, exp.Pad) and node.args.get("fill_pattern") is not None:
+            # Spark pads with an empty fill; Flink's LPAD/RPAD give NULL then
+            fill = node.args["fill_pattern"]
+            empty = exp.EQ(this=fill.copy(), expression=exp.Literal.string(""))
+            return exp.If(this=empty, true=exp.Null(), false=node)
         return node
 
     return expr.transform(rename, copy=True).sql(dialect="spark")
+
+
+def _split_index_spark(node: SplitIndex) -> exp.Expr:
+    """Spark's ``split`` takes a regex: quote the delimiter (``\\Q...\\E``); a negative
+    index is NULL in Flink, and ``try_element_at`` gives NULL past the end."""
+    s, sep, index = (node.args[a].copy() for a in ("this", "expression", "index"))
+    quoted = exp.Anonymous(this="concat", expressions=[exp.Literal.string("\\Q"), sep, exp.Literal.string("\\E")])
+    parts = exp.Anonymous(this="split", expressions=[s, quoted, exp.Literal.number(-1)])
+    at = exp.Anonymous(this="try_element_at", expressions=[parts, exp.Add(this=index.copy(), expression=exp.Literal.number(1))])
+    return exp.If(this=exp.LT(this=index, expression=exp.Literal.number(0)), true=exp.Null(), false=at)
 
 
 # --------------------------------------------------------------------------- typing
@@ -294,7 +445,9 @@ _BOOL_NODES = (
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is,
     exp.In, exp.Like, exp.ILike, exp.Between, exp.Boolean, exp.NullSafeEQ, exp.NullSafeNEQ,
 )  # fmt: skip
-_STRING_FUNCS = (exp.Upper, exp.Lower, exp.Substring, exp.Trim, exp.Concat, exp.DPipe, exp.ConcatWs)
+_STRING_FUNCS = (
+    exp.Upper, exp.Lower, exp.Substring, exp.Trim, exp.Concat, exp.DPipe, exp.ConcatWs, exp.Replace, exp.Pad, SplitIndex,
+)  # fmt: skip
 
 
 def _numeric_result(a: SqlType | None, b: SqlType | None) -> SqlType | None:
@@ -343,7 +496,9 @@ def infer_type(expr: exp.Expr, input_types: Sequence[SqlType | None]) -> SqlType
         return _numeric_result(infer_type(expr.this, input_types), infer_type(expr.expression, input_types))
     if isinstance(expr, exp.Neg):
         return infer_type(expr.this, input_types)
-    if isinstance(expr, (exp.Coalesce, exp.Abs, exp.Round)):
+    if isinstance(expr, exp.Sqrt):
+        return make_type("DOUBLE")
+    if isinstance(expr, (exp.Coalesce, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Nullif)):
         return infer_type(expr.this, input_types)
     if isinstance(expr, exp.If):
         return infer_type(expr.args["true"], input_types)

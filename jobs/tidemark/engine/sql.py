@@ -21,6 +21,7 @@ from tidemark.engine import limits
 from tidemark.engine import options as options_check
 from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.errors import PlanError, SqlError
+from tidemark.engine.expressions import SplitIndex
 from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
 
 ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
@@ -44,6 +45,8 @@ class TidemarkParser(Parser):
     }
 
     SCHEMA_UNNAMED_CONSTRAINTS = {*Parser.SCHEMA_UNNAMED_CONSTRAINTS, "WATERMARK"}
+
+    FUNCTIONS = {**Parser.FUNCTIONS, "SPLIT_INDEX": SplitIndex.from_arg_list}
 
 
 class Tidemark(Dialect):
