@@ -40,6 +40,7 @@ CASES = {
     "CONCAT_WS('-', s, s)": ["a,b,c-a,b,c", "", "-"],
     "MOD(i, 3)": ["-1", None, "1"],
     "ROUND(d)": ["-3.0", None, "3.0"],
+    "CONCAT_WS('|', SPLIT_INDEX(LPAD(s, 4, '*'), ',', 0), s)": ["a|a,b,c", "", "****|"],
     "CASE i WHEN 7 THEN 'seven' WHEN -7 THEN 'neg' ELSE 'other' END": ["neg", "other", "seven"],
 }
 

@@ -417,16 +417,31 @@ def to_spark_sql(expr: exp.Expr, input_names: Sequence[str]) -> str:
         i = col_index(node)
         if i is not None:
             return exp.Column(this=exp.Identifier(this=input_names[i], quoted=True))
-        if isinstance(node, SplitIndex):
-            return _split_index_spark(node)
-        if isinstance(node, exp.Pad) and node.args.get("fill_pattern") is not None:
-            # Spark pads with an empty fill; Flink's LPAD/RPAD give NULL then
-            fill = node.args["fill_pattern"]
-            empty = exp.EQ(this=fill.copy(), expression=exp.Literal.string(""))
-            return exp.If(this=empty, true=exp.Null(), false=node)
         return node
 
-    return expr.transform(rename, copy=True).sql(dialect="spark")
+    tree = expr.transform(rename, copy=True)
+    for node in reversed(list(tree.dfs())):  # arguments before the call that takes them
+        new = _spark_form(node)
+        if new is not node:
+            if node is tree:
+                tree = new
+            else:
+                node.replace(new)
+    return tree.sql(dialect="spark")
+
+
+def _spark_form(node: exp.Expr) -> exp.Expr:
+    """Where Spark's function differs from Flink's, the Spark expression that gives Flink's value."""
+    if isinstance(node, SplitIndex):
+        return _split_index_spark(node)
+    if isinstance(node, exp.ConcatWs):
+        # sqlglot makes any NULL argument a NULL result; Spark's concat_ws, like Flink's, skips NULLs
+        return exp.Anonymous(this="concat_ws", expressions=[a.copy() for a in node.expressions])
+    if isinstance(node, exp.Pad) and node.args.get("fill_pattern") is not None:
+        # Spark pads with an empty fill; Flink's LPAD/RPAD give NULL then
+        empty = exp.EQ(this=node.args["fill_pattern"].copy(), expression=exp.Literal.string(""))
+        return exp.If(this=empty, true=exp.Null(), false=node.copy())
+    return node
 
 
 def _split_index_spark(node: SplitIndex) -> exp.Expr:
