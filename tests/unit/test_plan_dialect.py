@@ -78,6 +78,8 @@ def test_comma_join_is_the_inner_join_with_its_condition_from_where():
 
 def test_select_distinct_keeps_a_row_while_any_input_row_gives_it():
     sql = "INSERT INTO vw SELECT DISTINCT v, w FROM a"
+    plan = compile_sql(DDL + sql)
+    assert "aggregates: (none: SELECT DISTINCT)" in plan.explain_text()
     more = {"a": [Change("+I", (4, 10, 5, "z"), (7,))]}
     assert run(sql, {"a": A}, more) == {(10, 5): (10, 5), (10, 7): (10, 7), (20, 5): (20, 5)}
     gone = {"a": [Change("-D", (1, 10, 5, "x"), (8,))]}

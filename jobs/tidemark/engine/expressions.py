@@ -16,6 +16,7 @@ Arithmetic follows Spark SQL (the engine that hosts the job): ``/`` is true divi
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import types as _pytypes
 from collections.abc import Callable, Sequence
@@ -159,21 +160,15 @@ def _sql_round(value: Any, decimals: Any = None, *_: Any) -> Any:
     return value if d >= 0 else int(Decimal(value).quantize(Decimal(1).scaleb(-d), rounding=ROUND_HALF_UP))
 
 
-def _sql_floor(value: Any) -> Any:
-    """FLOOR keeps its argument's type, as Flink's does (DOUBLE stays DOUBLE)."""
+def _sql_to_integral(value: Any, rounding: str) -> Any:
+    """FLOOR and CEIL keep their argument's type, as Flink's do (DOUBLE stays DOUBLE)."""
     if value is None or isinstance(value, int):
         return value
     if isinstance(value, Decimal):
-        return value.to_integral_value(rounding=ROUND_FLOOR)
-    return float(math.floor(value)) if math.isfinite(value) else value
-
-
-def _sql_ceil(value: Any) -> Any:
-    if value is None or isinstance(value, int):
+        return value.to_integral_value(rounding=rounding)
+    if not math.isfinite(value):
         return value
-    if isinstance(value, Decimal):
-        return value.to_integral_value(rounding=ROUND_CEILING)
-    return float(math.ceil(value)) if math.isfinite(value) else value
+    return float(Decimal(repr(value)).to_integral_value(rounding=rounding))
 
 
 def _sql_sqrt(value: Any) -> Any:
@@ -238,8 +233,8 @@ RUNTIME_ENV: dict[str, Any] = {
     "MUL": _sql_mul,
     "Decimal": Decimal,
     "ROUND": _sql_round,
-    "TM_FLOOR": _sql_floor,
-    "TM_CEIL": _sql_ceil,
+    "TM_FLOOR": functools.partial(_sql_to_integral, rounding=ROUND_FLOOR),
+    "TM_CEIL": functools.partial(_sql_to_integral, rounding=ROUND_CEILING),
     "TM_SQRT": _sql_sqrt,
     "TM_NULLIF": _sql_nullif,
     "TM_DISTINCT": _sql_distinct,
