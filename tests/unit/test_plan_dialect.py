@@ -102,3 +102,12 @@ def test_count_distinct_with_filter():
     sql = "INSERT INTO agg3 SELECT v, COUNT(DISTINCT w) FILTER (WHERE s <> 'y'), COUNT(*) FROM a GROUP BY v HAVING COUNT(*) FILTER (WHERE w = 5) > 0"
     more = {"a": [Change("+I", (4, 10, 5, "z"), (7,)), Change("+I", (5, 10, 6, "z"), (8,))]}
     assert run(sql, {"a": A}, more) == {(10,): (10, 2, 4), (20,): (20, 1, 1)}
+
+
+def test_a_non_equi_condition_in_a_left_joins_on_pads_instead_of_filtering():
+    """In ON of an outer join a non-equi condition decides the partners, it does not filter:
+    a left row without a passing partner is padded with NULLs."""
+    sql = "INSERT INTO out3 SELECT a.k, a.v, b.x FROM a LEFT JOIN b ON a.k = b.k AND b.x > a.v * 15"
+    assert run(sql, {"a": A, "b": B}) == {(1,): (1, 10, None), (2,): (2, 10, 200), (3,): (3, 20, None)}
+    moved = {"b": [Change("-U", (3, 300), (7,)), Change("+U", (3, 301), (7,))]}
+    assert run(sql, {"a": A, "b": B}, moved)[(3,)] == (3, 20, 301)
