@@ -34,6 +34,8 @@ CREATE TABLE ka (k BIGINT, v BIGINT, x BIGINT, PRIMARY KEY (k) NOT ENFORCED) WIT
         ("INSERT INTO ka SELECT k, v, x FROM a JOIN b ON a.k = b.k", "column 'k' is ambiguous (in a, b); qualify it", 23),
         ("INSERT INTO ka SELECT v, w, COUNT(*) FROM a GROUP BY v", "column w must appear in GROUP BY or inside an aggregate function", 26),
         ("INSERT INTO ka SELECT k, v, MY_UDF(w) FROM a", "unsupported function MY_UDF()", 29),
+        ("INSERT INTO ka SELECT k, v, TIMESTAMPADD(HOUR, 2, w) FROM a", "unsupported function TIMESTAMPADD()", 29),
+        ("INSERT INTO ka SELECT k, v, TIMESTAMPDIFF(SECOND, w, w) FROM a", "unsupported function TIMESTAMPDIFF()", 29),
         ("INSERT INTO ka SELECT v, STDDEV(w), COUNT(*) FROM a GROUP BY v", "aggregate function STDDEV is not supported", 26),
         ("INSERT INTO ka SELECT k, v, w FROM a WHERE SUM(w) > 1", "aggregate SUM(w) is not allowed in WHERE; use HAVING", 44),
         ("INSERT INTO ka SELECT v, COUNT(*), 1 FROM a GROUP BY 1", "GROUP BY position numbers are not supported", None),

@@ -35,6 +35,10 @@ _UNSUPPORTED_SELECT_ARGS = {
 }
 
 
+#: functions refused before their arguments are resolved (see SelectPlanner.resolve)
+_UNEVALUATED_FUNCS = (exp.Anonymous, exp.TimestampAdd, exp.TimestampDiff)
+
+
 class SelectPlanner(PlanGraph):
     def query(self, q: exp.Expr) -> int:
         """Plan a query; returns the node producing its rows (columns named as the query)."""
@@ -189,9 +193,14 @@ class SelectPlanner(PlanGraph):
 
 
     def resolve(self, e: exp.Expr, scope: Scope) -> exp.Expr:
-        """Rewrite column references into positional references over the scope's row."""
+        """Rewrite column references into positional references over the scope's row.
+        A function Tidemark does not evaluate is named first: its unit arguments
+        (``TIMESTAMPADD(HOUR, ...)``) would otherwise read as unknown columns."""
 
         def sub(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, _UNEVALUATED_FUNCS):
+                name = node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
+                raise sql_error(f"unsupported function {name}()", node)
             if isinstance(node, exp.Column):
                 if isinstance(node.this, exp.Star):
                     raise sql_error("* is only allowed as a whole select item", node)
