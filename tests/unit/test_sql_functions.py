@@ -64,10 +64,9 @@ def test_floor_with_a_unit_is_refused_by_name():
         compile_sql(DDL + "INSERT INTO o SELECT k, CAST(FLOOR(d TO DAY) AS STRING) FROM a")
 
 
-def _positional(expr: str) -> sqlglot.exp.Expr:
+def _positional(expr: str, names: tuple[str, ...] = ("k", "i", "d", "s")) -> sqlglot.exp.Expr:
     from tidemark.engine.expressions import col_ref
 
-    names = ["k", "i", "d", "s"]
     tree = sqlglot.parse_one(expr, read=Tidemark)
     return tree.transform(lambda n: col_ref(names.index(n.name)) if isinstance(n, sqlglot.exp.Column) else n)
 
@@ -85,3 +84,42 @@ def test_spark_rendering_gives_the_same_values(spark):
                 assert math.isnan(theirs), (expr, python_values, spark_values)
             else:
                 assert ours == theirs, (expr, python_values, spark_values)
+
+
+STAMPS = [(1, "2024-01-02 03:04:05.123"), (2, None), (3, "1999-12-31 23:59:59.007")]
+STAMP_DDL = """CREATE TABLE a (k BIGINT, s STRING, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'debezium-json');
+CREATE TABLE o (k BIGINT, r STRING, PRIMARY KEY (k) NOT ENFORCED) WITH ('format' = 'upsert-json');
+"""
+#: Flink 2.3's DATE_FORMAT of CAST(s AS TIMESTAMP(3)) on STAMPS
+DATE_FORMATS = {
+    "DATE_FORMAT(t, 'yyyy-MM-dd')": ["2024-01-02", None, "1999-12-31"],
+    "DATE_FORMAT(t, 'yyyy-MM-dd HH:mm:ss.SSS')": ["2024-01-02 03:04:05.123", None, "1999-12-31 23:59:59.007"],
+    "DATE_FORMAT(t, 'HH''h''mm')": ["03h04", None, "23h59"],
+    "DATE_FORMAT(CAST(t AS STRING), 'yy/MM/dd')": ["24/01/02", None, "99/12/31"],
+}
+
+
+@pytest.mark.parametrize("expr", sorted(DATE_FORMATS))
+def test_date_format_gives_flinks_text(expr):
+    sql = f"INSERT INTO o SELECT k, {expr} FROM (SELECT k, CAST(s AS TIMESTAMP(3)) AS t FROM a) x"
+    host = ReplayHost(compile_sql(STAMP_DDL + sql), clock=lambda: 0)
+    host.run_batch({"a": [Change("+I", r, (n,)) for n, r in enumerate(STAMPS)]})
+    assert [v[1] for v in host.rows()] == DATE_FORMATS[expr]
+
+
+@pytest.mark.parametrize(
+    "pattern, message",
+    [("'yyyy EEE'", "'EEE' is not supported"), ("'HH''mm'", "unclosed quote"), ("s", "needs its pattern as a string literal"), ("'yyyy' || ''''", "needs its pattern as a string literal")],
+)
+def test_date_format_patterns_it_cannot_read_are_refused(pattern, message):
+    with pytest.raises(SqlError, match=message) as info:
+        compile_sql(STAMP_DDL + f"INSERT INTO o SELECT k, DATE_FORMAT(CAST(s AS TIMESTAMP(3)), {pattern}) FROM a")
+    assert info.value.line == 3
+
+
+@pytest.mark.integration
+def test_spark_date_format_gives_the_same_text(spark):
+    df = spark.createDataFrame(STAMPS, "k BIGINT, s STRING").selectExpr("k", "CAST(s AS TIMESTAMP) AS t")
+    for expr, expected in sorted(DATE_FORMATS.items()):
+        rendered = to_spark_sql(_positional(expr, ("k", "t")), ["k", "t"])
+        assert [r[0] for r in df.orderBy("k").selectExpr(rendered).collect()] == expected, (expr, rendered)

@@ -207,6 +207,15 @@ def _sql_pad(s: Any, length: Any, fill: Any, left: bool) -> Any:
     return pad + s if left else s + pad
 
 
+def _sql_date_format(value: Any, fmt: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = _dt.datetime.fromisoformat(value.strip())
+    text = value.strftime(fmt)
+    return text.replace(_MILLIS, f"{getattr(value, 'microsecond', 0) // 1000:03d}")
+
+
 def _sql_concat_ws(sep: Any, *values: Any) -> Any:
     """CONCAT_WS skips NULL values (all NULL: the empty string); only a NULL separator gives NULL."""
     if sep is None:
@@ -242,6 +251,7 @@ RUNTIME_ENV: dict[str, Any] = {
     "TM_PAD": _sql_pad,
     "TM_SPLIT_INDEX": _sql_split_index,
     "TM_CONCAT_WS": _sql_concat_ws,
+    "TM_DATE_FORMAT": _sql_date_format,
     "SqlType": SqlType,  # composite CAST targets are rendered as SqlType(...) literals
 }
 # non-deterministic functions would break retractions (a -U must equal its +I)
@@ -278,6 +288,52 @@ class SplitIndex(exp.Expression, exp.Func):
 
     arg_types = {"this": True, "expression": True, "index": True}
     _sql_names = ["SPLIT_INDEX"]
+
+
+class DateFormat(exp.Expression, exp.Func):
+    """Flink's ``DATE_FORMAT(timestamp, 'java pattern')``; Spark's date_format reads the same patterns."""
+
+    arg_types = {"this": True, "format": True}
+    _sql_names = ["DATE_FORMAT"]
+
+
+_MILLIS = "\x01"  # strftime has no milliseconds: a placeholder it copies, filled in after
+
+#: Java date-pattern letters DATE_FORMAT accepts, as strftime directives ("SSS": milliseconds)
+_JAVA_PATTERN = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S", "SSS": _MILLIS}
+
+
+def strftime_of(pattern: str) -> str:
+    """The strftime pattern of a Java date pattern, or SqlError naming what it cannot read."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "'":
+            end = pattern.find("'", i + 1)
+            if end < 0:
+                raise SqlError(f"DATE_FORMAT pattern {pattern!r}: unclosed quote")
+            out.append(pattern[i + 1 : end].replace("%", "%%") or "'")
+            i = end + 1
+            continue
+        if ch.isalpha():
+            run = len(pattern[i:]) - len(pattern[i:].lstrip(ch))
+            token = pattern[i : i + run]
+            if token not in _JAVA_PATTERN:
+                known = ", ".join(k for k in _JAVA_PATTERN)
+                raise SqlError(f"DATE_FORMAT pattern {pattern!r}: '{token}' is not supported ({known} are)")
+            out.append(_JAVA_PATTERN[token])
+            i += run
+            continue
+        out.append("%%" if ch == "%" else ch)
+        i += 1
+    return "".join(out)
+
+
+def _date_format_py(self: PythonGenerator, e: DateFormat) -> str:
+    fmt = e.args["format"]
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise SqlError("DATE_FORMAT needs its pattern as a string literal")
+    return f"TM_DATE_FORMAT({self.sql(e.this)}, {strftime_of(fmt.this)!r})"
 
 
 def _call(name: str, *args: exp.Expr | None) -> Callable[[PythonGenerator, exp.Expr], str]:
@@ -326,6 +382,7 @@ class _RowGenerator(PythonGenerator):
         exp.Pad: _pad_py,
         exp.ConcatWs: lambda self, e: f"TM_CONCAT_WS({', '.join(self.sql(a) for a in e.expressions)})",
         SplitIndex: _call("TM_SPLIT_INDEX", "this", "expression", "index"),
+        DateFormat: _date_format_py,
         exp.Column: _column_py,
         exp.Literal: _literal_py,
         exp.Cast: _cast_py,
@@ -364,8 +421,10 @@ def check_supported(expr: exp.Expr) -> None:
             raise sql_error(f"unsupported function {node.name.upper()}()", node)
     try:
         src = python_source(expr)
-    except SqlError:
-        raise
+    except SqlError as e:
+        if e.line is not None:
+            raise
+        raise sql_error(str(e), expr) from None  # raised while rendering: add where
     except Exception as e:  # sqlglot cannot render it to Python
         raise sql_error(f"unsupported expression {describe(expr)} ({e})", expr) from None
     code = compile(src, "<expr>", "eval")

@@ -21,7 +21,7 @@ from tidemark.engine import limits
 from tidemark.engine import options as options_check
 from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.errors import PlanError, SqlError
-from tidemark.engine.expressions import SplitIndex
+from tidemark.engine.expressions import DateFormat, SplitIndex
 from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
 
 ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
@@ -46,7 +46,11 @@ class TidemarkParser(Parser):
 
     SCHEMA_UNNAMED_CONSTRAINTS = {*Parser.SCHEMA_UNNAMED_CONSTRAINTS, "WATERMARK"}
 
-    FUNCTIONS = {**Parser.FUNCTIONS, "SPLIT_INDEX": SplitIndex.from_arg_list}
+    FUNCTIONS = {
+        **Parser.FUNCTIONS,
+        "SPLIT_INDEX": SplitIndex.from_arg_list,
+        "DATE_FORMAT": DateFormat.from_arg_list,
+    }
 
 
 class Tidemark(Dialect):
