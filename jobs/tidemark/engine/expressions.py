@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import re
 import types as _pytypes
 from collections.abc import Callable, Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
@@ -216,6 +217,18 @@ def _sql_date_format(value: Any, fmt: str) -> Any:
     return text.replace(_MILLIS, f"{getattr(value, 'microsecond', 0) // 1000:03d}")
 
 
+def _sql_regexp_extract(s: Any, regex: Any, group: Any = 0) -> Any:
+    """Flink's REGEXP_EXTRACT: the group (0: the whole match) of the first match; NULL when
+    nothing matches, the group took no part, the group does not exist or the regex is invalid."""
+    if s is None or regex is None or group is None:
+        return None
+    try:
+        m = re.search(regex, s)
+        return m.group(group) if m else None
+    except (re.error, IndexError):
+        return None
+
+
 def _sql_concat_ws(sep: Any, *values: Any) -> Any:
     """CONCAT_WS skips NULL values (all NULL: the empty string); only a NULL separator gives NULL."""
     if sep is None:
@@ -252,6 +265,7 @@ RUNTIME_ENV: dict[str, Any] = {
     "TM_SPLIT_INDEX": _sql_split_index,
     "TM_CONCAT_WS": _sql_concat_ws,
     "TM_DATE_FORMAT": _sql_date_format,
+    "TM_REGEXP_EXTRACT": _sql_regexp_extract,
     "SqlType": SqlType,  # composite CAST targets are rendered as SqlType(...) literals
 }
 # non-deterministic functions would break retractions (a -U must equal its +I)
@@ -383,6 +397,7 @@ class _RowGenerator(PythonGenerator):
         exp.ConcatWs: lambda self, e: f"TM_CONCAT_WS({', '.join(self.sql(a) for a in e.expressions)})",
         SplitIndex: _call("TM_SPLIT_INDEX", "this", "expression", "index"),
         DateFormat: _date_format_py,
+        exp.RegexpExtract: _call("TM_REGEXP_EXTRACT", "this", "expression", "group"),
         exp.Column: _column_py,
         exp.Literal: _literal_py,
         exp.Cast: _cast_py,
@@ -491,11 +506,29 @@ def _spark_form(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.ConcatWs):
         # sqlglot makes any NULL argument a NULL result; Spark's concat_ws, like Flink's, skips NULLs
         return exp.Anonymous(this="concat_ws", expressions=[a.copy() for a in node.expressions])
+    if isinstance(node, exp.RegexpExtract):
+        # Spark's regexp_extract gives '' where Flink's gives NULL (no match) and counts groups from 1 by default
+        s, regex = node.this.copy(), node.expression.copy()
+        group = node.args.get("group").copy() if node.args.get("group") is not None else exp.Literal.number(0)
+        if _literal_group_missing(regex, group):
+            return exp.Null()  # Spark fails on a group the regex does not have; Flink gives NULL
+        found = exp.RegexpLike(this=s.copy(), expression=regex.copy())
+        extract = exp.Anonymous(this="regexp_extract", expressions=[s, regex, group])
+        return exp.If(this=found, true=extract, false=exp.Null())
     if isinstance(node, exp.Pad) and node.args.get("fill_pattern") is not None:
         # Spark pads with an empty fill; Flink's LPAD/RPAD give NULL then
         empty = exp.EQ(this=node.args["fill_pattern"].copy(), expression=exp.Literal.string(""))
         return exp.If(this=empty, true=exp.Null(), false=node.copy())
     return node
+
+
+def _literal_group_missing(regex: exp.Expr, group: exp.Expr) -> bool:
+    if not (isinstance(regex, exp.Literal) and regex.is_string and isinstance(group, exp.Literal)):
+        return False
+    try:
+        return int(group.this) > re.compile(regex.this).groups
+    except (re.error, ValueError):
+        return False
 
 
 def _split_index_spark(node: SplitIndex) -> exp.Expr:

@@ -50,7 +50,15 @@ class TidemarkParser(Parser):
         **Parser.FUNCTIONS,
         "SPLIT_INDEX": SplitIndex.from_arg_list,
         "DATE_FORMAT": DateFormat.from_arg_list,
+        "REGEXP_EXTRACT": lambda args: _regexp_extract(args),
     }
+
+
+def _regexp_extract(args: list) -> exp.RegexpExtract:
+    """Flink's third argument is the group (sqlglot's default reads it as a position)."""
+    if len(args) not in (2, 3):
+        raise ParseError(f"REGEXP_EXTRACT takes 2 or 3 arguments, not {len(args)}")
+    return exp.RegexpExtract(this=args[0], expression=args[1], group=args[2] if len(args) > 2 else None)
 
 
 class Tidemark(Dialect):
