@@ -26,6 +26,7 @@ expected to conflict somewhere (and both systems must fail at the same batch).
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -353,11 +354,12 @@ def shape_functions(rng: random.Random, strategy: str) -> tuple[list[TableSpec],
     tables = [TableSpec("s", [Column("id", "BIGINT"), Column("name", "STRING", _pick(["a,b", "", None, "xyz"])),
                               Column("v", "BIGINT", _pick([-3, 0, 2, None]))],
                         "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(6))]
-    sink = ("CREATE TABLE f (id BIGINT, a STRING, b STRING, c BIGINT, d BOOLEAN, e STRING, "
+    sink = ("CREATE TABLE f (id BIGINT, a STRING, b STRING, c BIGINT, d BOOLEAN, e STRING, g STRING, "
             "PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'f', 'format' = 'upsert-json');")
     query = ("INSERT INTO f SELECT id, CONCAT_WS('|', SPLIT_INDEX(name, ',', 1), LPAD(name, 4, '*'), REPLACE(name, 'a', 'A')), "
              "CASE v WHEN -3 THEN 'neg' WHEN 0 THEN 'zero' ELSE UPPER(COALESCE(NULLIF(name, ''), 'none')) END, "
-             "FLOOR(v) + CEIL(v), v IS DISTINCT FROM 0, RPAD(name, 2, '-') FROM s")
+             "FLOOR(v) + CEIL(v), v IS DISTINCT FROM 0, RPAD(name, 2, '-'), REGEXP_EXTRACT(name, '(\\w+),(\\w*)', 2) "
+             "FROM s")
     return tables, sink, query, "none"
 
 
@@ -428,8 +430,9 @@ def _functions(r: dict) -> tuple:
     if case is None:
         case = (name if name else "none").upper()
     rpad = None if name is None else (name[:2] if len(name) >= 2 else name + "-" * (2 - len(name)))
+    found = re.search(r"(\w+),(\w*)", name) if name is not None else None
     return (r["id"], "|".join(p for p in pieces if p is not None), case,
-            None if v is None else 2 * v, v != 0, rpad)
+            None if v is None else 2 * v, v != 0, rpad, found.group(2) if found else None)
 
 
 def _s1_s2_ids(a: dict, b: dict | None) -> tuple:
