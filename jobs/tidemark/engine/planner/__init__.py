@@ -19,6 +19,8 @@ __all__ = ["Node", "Planner", "format_key"]
 
 
 class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, SinkPlanner):
+    """All builders over one graph: ``plan()`` plans the script's INSERT."""
+
     def plan(self) -> list[Node]:
         ins = self.script.insert
         assert ins is not None

@@ -20,6 +20,8 @@ _AGG_FUNCS = {exp.Sum: "SUM", exp.Min: "MIN", exp.Max: "MAX", exp.Avg: "AVG", ex
 
 
 class AggregatePlanner(PlanGraph):
+    """GROUP BY, aggregate calls (with DISTINCT and FILTER) and SELECT DISTINCT."""
+
     def aggregate(self, sel: exp.Select, scope: Scope, input_id: int, predicate: exp.Expr | None) -> int:
         from tidemark.engine.stages.aggregate import AggCall, GroupAggregate
 

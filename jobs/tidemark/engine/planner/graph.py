@@ -30,6 +30,8 @@ class NamedQuery:
 
 
 class PlanGraph:
+    """The nodes planned so far and the state the builders share while planning."""
+
     def __init__(self, script: Script) -> None:
         self.script = script
         self.nodes: list[Node] = []

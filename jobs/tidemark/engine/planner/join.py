@@ -18,6 +18,8 @@ from tidemark.engine.sql import describe, position_of, sql_error
 
 
 class JoinPlanner(PlanGraph):
+    """Joins: ON or a comma join's WHERE conditions become equi keys plus a residual."""
+
     def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None) -> int:
         """Plan one JOIN. ``pending`` holds the WHERE conjuncts not yet placed: a comma join
         (``FROM a, b WHERE a.id = b.id``) takes those that refer to its right side and to

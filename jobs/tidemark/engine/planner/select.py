@@ -40,6 +40,9 @@ _UNEVALUATED_FUNCS = (exp.Anonymous, exp.TimestampAdd, exp.TimestampDiff)
 
 
 class SelectPlanner(PlanGraph):
+    """Queries and FROM items; a join or aggregate it meets is planned by ``JoinPlanner``
+    or ``AggregatePlanner``, which ``Planner`` combines with it."""
+
     def query(self, q: exp.Expr) -> int:
         """Plan a query; returns the node producing its rows (columns named as the query)."""
         if isinstance(q, exp.Subquery):

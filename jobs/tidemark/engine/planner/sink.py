@@ -49,6 +49,8 @@ def parse_duration_ms(text: str, what: str) -> int:
 
 
 class SinkPlanner(PlanGraph):
+    """The INSERT: column mapping and the sink policy of the module docstring."""
+
     def insert(self, ins: InsertStatement) -> int:
         sink = self.script.table(ins.table)
         if sink is None:
