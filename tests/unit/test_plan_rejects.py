@@ -18,7 +18,7 @@ CREATE TABLE ka (k BIGINT, v BIGINT, x BIGINT, PRIMARY KEY (k) NOT ENFORCED) WIT
     "query, message, col",
     [
         ("INSERT INTO ka SELECT k, v, SUM(w) OVER (PARTITION BY v) FROM a", "window function SUM(w) OVER (PARTITION BY v) is not supported", 29),
-        ("INSERT INTO ka SELECT k, v, w FROM a UNION ALL SELECT k, x, x FROM b", "UNION is not supported", None),
+        ("INSERT INTO ka SELECT k, v, w FROM a UNION ALL SELECT k, x, x FROM b", "UNION ALL is not supported yet", None),
         ("INSERT INTO ka SELECT DISTINCT v, COUNT(*), 1 FROM a GROUP BY v", "SELECT DISTINCT with GROUP BY or aggregates is not supported", None),
         ("INSERT INTO ka SELECT k, v, w FROM a LIMIT 10", "LIMIT in a streaming query is not supported", 44),
         ("INSERT INTO ka SELECT k, v, w FROM a WHERE k IN (SELECT k FROM b)", "subquery in an expression", None),

@@ -49,6 +49,10 @@ class SelectPlanner(PlanGraph):
             return self.query(q.this)
         if isinstance(q, exp.SetOperation):
             op = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(type(q), "set operation")
+            if isinstance(q, exp.Union) and not q.args.get("distinct"):
+                # a union of two changelogs needs a stage with two inputs and no state, which
+                # the stage contract (one input per stateless stage) does not have yet
+                raise sql_error("UNION ALL is not supported yet", q)
             raise sql_error(f"{op} is not supported", q)
         if not isinstance(q, exp.Select):
             raise sql_error(f"unsupported query {describe(q)}", q)
