@@ -26,6 +26,7 @@ expected to conflict somewhere (and both systems must fail at the same batch).
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -312,6 +313,56 @@ def shape_projection_keep_id(rng: random.Random, strategy: str) -> tuple[list[Ta
     return tables, sink, query, "none" if unique else "possible"
 
 
+def shape_comma_join_between(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """A comma join, its equi key and a non-equi condition across the sides in WHERE."""
+    tables = _s1_s2(rng, rng.choice(["debezium-json", "upsert-json"]), ["a1", "b1", "c1"])
+    sink = ("CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) "
+            "WITH ('topic' = 't1', 'format' = 'upsert-json');")
+    query = ("INSERT INTO t1 SELECT s1.id, s1.level, s2.attr FROM s1, s2 "
+             "WHERE s1.level = s2.id AND s1.id * 10 BETWEEN s2.id - 20 AND s2.id + 20")
+    return tables, sink, query, "none"
+
+
+def _events(rng: random.Random, values: list) -> TableSpec:
+    return TableSpec("events", [Column("id", "BIGINT"), Column("category", "STRING", _pick(["c1", "c2"])),
+                                Column("region", "STRING", _pick(["eu", "us", "ap"])),
+                                Column("v", "BIGINT", _pick(values))],
+                     "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(12))
+
+
+def shape_filter_distinct_agg(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """Aggregate FILTER, COUNT(DISTINCT) and HAVING per category (upsert key = sink PK)."""
+    sink = ("CREATE TABLE per_category (category STRING, big BIGINT, regions BIGINT, eu_total BIGINT, "
+            "PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'pc', 'format' = 'upsert-json');")
+    query = ("INSERT INTO per_category SELECT category, COUNT(*) FILTER (WHERE v > 1), COUNT(DISTINCT region), "
+             "SUM(v) FILTER (WHERE region = 'eu') FROM events GROUP BY category HAVING COUNT(*) > 1")
+    return [_events(rng, [1, 2, 3])], sink, query, "none"
+
+
+def shape_cte_distinct(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """SELECT DISTINCT in a CTE: a (category, region) pair stays while any event gives it;
+    the sink keyed by category alone sees conflicts."""
+    sink = ("CREATE TABLE cat_region (category STRING, region STRING, PRIMARY KEY (category) NOT ENFORCED) "
+            "WITH ('topic' = 'cr', 'format' = 'upsert-json');")
+    query = ("INSERT INTO cat_region WITH pairs AS (SELECT DISTINCT category, region FROM events) "
+             "SELECT `category`, region FROM pairs")
+    return [_events(rng, [1, 2])], sink, query, "possible"
+
+
+def shape_functions(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """Scalar functions over NULL, negative and empty values, keyed by the source PK."""
+    tables = [TableSpec("s", [Column("id", "BIGINT"), Column("name", "STRING", _pick(["a,b", "", None, "xyz"])),
+                              Column("v", "BIGINT", _pick([-3, 0, 2, None]))],
+                        "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(6))]
+    sink = ("CREATE TABLE f (id BIGINT, a STRING, b STRING, c BIGINT, d BOOLEAN, e STRING, g STRING, "
+            "PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'f', 'format' = 'upsert-json');")
+    query = ("INSERT INTO f SELECT id, CONCAT_WS('|', SPLIT_INDEX(name, ',', 1), LPAD(name, 4, '*'), REPLACE(name, 'a', 'A')), "
+             "CASE v WHEN -3 THEN 'neg' WHEN 0 THEN 'zero' ELSE UPPER(COALESCE(NULLIF(name, ''), 'none')) END, "
+             "FLOOR(v) + CEIL(v), v IS DISTINCT FROM 0, RPAD(name, 2, '-'), REGEXP_EXTRACT(name, '(\\w+),(\\w*)', 2) "
+             "FROM s")
+    return tables, sink, query, "none"
+
+
 SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
     "join_id": shape_join_id,
     "left_join_id": shape_left_join_id,
@@ -320,6 +371,10 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
     "agg_by_sub_key": shape_agg_by_sub_key,
     "projection": shape_projection,
     "projection_keep_id": shape_projection_keep_id,
+    "comma_join_between": shape_comma_join_between,
+    "filter_distinct_agg": shape_filter_distinct_agg,
+    "cte_distinct": shape_cte_distinct,
+    "functions": shape_functions,
 }
 
 
@@ -353,6 +408,33 @@ def _agg_by_sub_key(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
     return [((c, r), (c, r, n, total)) for (c, r), (n, total) in groups.items()]
 
 
+def _filter_distinct_agg(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
+    groups: dict[str, list[dict]] = {}
+    for e in t["events"]:
+        groups.setdefault(e["category"], []).append(e)
+    out = []
+    for c, es in groups.items():
+        eu = [e["v"] for e in es if e["region"] == "eu"]
+        if len(es) > 1:
+            out.append((c, (c, sum(1 for e in es if e["v"] > 1), len({e["region"] for e in es}), sum(eu) if eu else None)))
+    return out
+
+
+def _functions(r: dict) -> tuple:
+    name, v = r["name"], r["v"]
+    parts = name.split(",") if name is not None else []
+    pieces = [parts[1] if len(parts) > 1 else None,
+              None if name is None else (name[:4] if len(name) >= 4 else ("*" * 4)[: 4 - len(name)] + name),
+              None if name is None else name.replace("a", "A")]
+    case = {-3: "neg", 0: "zero"}.get(v) if v is not None else None
+    if case is None:
+        case = (name if name else "none").upper()
+    rpad = None if name is None else (name[:2] if len(name) >= 2 else name + "-" * (2 - len(name)))
+    found = re.search(r"(\w+),(\w*)", name) if name is not None else None
+    return (r["id"], "|".join(p for p in pieces if p is not None), case,
+            None if v is None else 2 * v, v != 0, rpad, found.group(2) if found else None)
+
+
 def _s1_s2_ids(a: dict, b: dict | None) -> tuple:
     return (a["id"], b["id"] if b else None)
 
@@ -375,6 +457,12 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
     "agg_by_sub_key": _agg_by_sub_key,
     "projection": lambda t: [(r["id"], (r["name"], r["v"])) for r in t["s"]],
     "projection_keep_id": lambda t: [(r["id"], (r["name"], r["id"], r["v"])) for r in t["s"]],
+    "comma_join_between": lambda t: [(_s1_s2_ids(a, b), (a["id"], a["level"], b["attr"]))
+                                     for a, b in _join(t["s1"], t["s2"], "level", "id")
+                                     if b["id"] - 20 <= a["id"] * 10 <= b["id"] + 20],
+    "filter_distinct_agg": _filter_distinct_agg,
+    "cte_distinct": lambda t: [((c, r), (c, r)) for c, r in sorted({(e["category"], e["region"]) for e in t["events"]})],
+    "functions": lambda t: [(r["id"], _functions(r)) for r in t["s"]],
 }
 
 
@@ -383,6 +471,8 @@ LINEAGE_IDENTITY: dict[str, str] = {
     "join_id": "(s1.id, s2.id)", "seed_s1_s2": "(s1.id, s2.id)", "left_join_id": "(s1.id, s2.id)",
     "join_attr": "(s1.id, s2.id)", "inventory": "products.id", "seed_inventory": "products.id",
     "agg_by_sub_key": "group (category, region)", "projection": "s.id", "projection_keep_id": "s.id",
+    "comma_join_between": "(s1.id, s2.id)", "filter_distinct_agg": "group (category)",
+    "cte_distinct": "group (category, region)", "functions": "s.id",
 }
 
 

@@ -93,7 +93,7 @@ def test_nesting_over_a_limit_is_refused_with_its_position(query, message, col):
 def test_a_recursion_error_while_planning_is_a_sql_error_naming_the_limits(monkeypatch):
     """The safety net under the checks: nesting they cannot see (none is known) still ends
     in the planner's usual error."""
-    from tidemark.engine.plan import Planner
+    from tidemark.engine.planner import Planner
 
     def recurse(self):
         raise RecursionError("maximum recursion depth exceeded")

@@ -14,7 +14,7 @@ import pytest
 
 from tidemark.engine.errors import PlanError
 from tidemark.engine.pipeline import compile_sql
-from tidemark.engine.plan import join_keys, project_keys
+from tidemark.engine.planner.keys import join_keys, project_keys
 from tidemark.engine.expressions import col_ref
 from sqlglot import exp
 

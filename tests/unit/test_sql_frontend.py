@@ -76,7 +76,7 @@ def test_insert_without_on_conflict_and_with_column_list():
         ("CREATE TABLE x (a BIGINT, a STRING);\n" + INS, "table 'x': column 'a' is declared twice", 1, None),
         (S1 + S1 + INS, "table 's1' is declared twice", 2, None),
         (S1 + "DROP TABLE s1;\n" + INS, "unsupported statement DROP", 2, None),
-        (S1 + "CREATE VIEW v AS SELECT id FROM s1;\n" + INS, "CREATE VIEW is not supported", 2, None),
+        (S1 + "CREATE MATERIALIZED VIEW v AS SELECT id FROM s1;\n" + INS, "CREATE VIEW ... MATERIALIZED is not supported", 2, None),
         (S1 + INS + ";\n" + INS, "only one INSERT INTO statement per pipeline is supported", 3, None),
         (S1, "the pipeline has no INSERT INTO statement", None, None),
         (S1 + "INSERT INTO s1 VALUES (1, 2)", "INSERT ... VALUES is not supported", 2, None),

@@ -16,10 +16,12 @@ Arithmetic follows Spark SQL (the engine that hosts the job): ``/`` is true divi
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
+import re
 import types as _pytypes
 from collections.abc import Callable, Sequence
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from typing import Any
 
 from sqlglot import exp
@@ -52,6 +54,9 @@ def referenced_columns(expr: exp.Expr) -> set[int]:
 # --------------------------------------------------------------------------- runtime env
 
 
+_JAVA_FLOAT_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def _sql_cast(value: Any, name: str, params: tuple) -> Any:
     """CAST with Tidemark's value model (DECIMAL stays exact, strings parse strictly)."""
     if value is None:
@@ -64,6 +69,8 @@ def _sql_cast(value: Any, name: str, params: tuple) -> Any:
             return "TRUE" if value else "FALSE"
         if isinstance(value, _dt.datetime):
             return value.isoformat(sep=" ")
+        if isinstance(value, float) and not math.isfinite(value):
+            return _JAVA_FLOAT_TEXT[str(value)]  # Java's spelling, as Flink and Spark write it
         return str(value)
     if t.is_integral:
         if isinstance(value, str):
@@ -154,6 +161,90 @@ def _sql_round(value: Any, decimals: Any = None, *_: Any) -> Any:
     return value if d >= 0 else int(Decimal(value).quantize(Decimal(1).scaleb(-d), rounding=ROUND_HALF_UP))
 
 
+def _sql_to_integral(value: Any, rounding: str) -> Any:
+    """FLOOR and CEIL keep their argument's type, as Flink's do (DOUBLE stays DOUBLE)."""
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, Decimal):
+        return value.to_integral_value(rounding=rounding)
+    if not math.isfinite(value):
+        return value
+    return float(Decimal(repr(value)).to_integral_value(rounding=rounding))
+
+
+def _sql_sqrt(value: Any) -> Any:
+    """SQRT is a DOUBLE; of a negative number it is NaN (Java's Math.sqrt), not an error."""
+    if value is None:
+        return None
+    v = float(value)
+    return math.sqrt(v) if v >= 0 else math.nan
+
+
+def _sql_nullif(a: Any, b: Any) -> Any:
+    return None if a is not None and b is not None and a == b else a
+
+
+def _sql_distinct(a: Any, b: Any) -> bool:
+    """``a IS DISTINCT FROM b``: NULL equals NULL, and the answer is never NULL."""
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return bool(a != b)
+
+
+def _sql_replace(s: Any, search: Any, repl: Any) -> Any:
+    if s is None or search is None or repl is None:
+        return None
+    return s if search == "" else s.replace(search, repl)
+
+
+def _sql_pad(s: Any, length: Any, fill: Any, left: bool) -> Any:
+    """LPAD/RPAD: shorter strings are cut to ``length``; a negative length or an empty
+    fill gives NULL (Flink's rule)."""
+    if s is None or length is None or fill is None or length < 0 or fill == "":
+        return None
+    if len(s) >= length:
+        return s[:length]
+    pad = (fill * length)[: length - len(s)]
+    return pad + s if left else s + pad
+
+
+def _sql_date_format(value: Any, fmt: str) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = _dt.datetime.fromisoformat(value.strip())
+    text = value.strftime(fmt)
+    return text.replace(_MILLIS, f"{getattr(value, 'microsecond', 0) // 1000:03d}")
+
+
+def _sql_regexp_extract(s: Any, regex: Any, group: Any = 0) -> Any:
+    """Flink's REGEXP_EXTRACT: the group (0: the whole match) of the first match; NULL when
+    nothing matches, the group took no part, the group does not exist or the regex is invalid."""
+    if s is None or regex is None or group is None:
+        return None
+    try:
+        m = re.search(regex, s)
+        return m.group(group) if m else None
+    except (re.error, IndexError):
+        return None
+
+
+def _sql_concat_ws(sep: Any, *values: Any) -> Any:
+    """CONCAT_WS skips NULL values (all NULL: the empty string); only a NULL separator gives NULL."""
+    if sep is None:
+        return None
+    return sep.join(str(v) for v in values if v is not None)
+
+
+def _sql_split_index(s: Any, sep: Any, index: Any) -> Any:
+    """SPLIT_INDEX(s, sep, i): the i-th (from 0) piece of ``s`` split at each ``sep``,
+    empty pieces kept; NULL when ``i`` is out of range or negative."""
+    if s is None or sep is None or index is None or index < 0 or sep == "":
+        return None
+    parts = s.split(sep)
+    return parts[index] if index < len(parts) else None
+
+
 RUNTIME_ENV: dict[str, Any] = {
     **ENV,
     "TM_CAST": _sql_cast,
@@ -164,6 +255,17 @@ RUNTIME_ENV: dict[str, Any] = {
     "MUL": _sql_mul,
     "Decimal": Decimal,
     "ROUND": _sql_round,
+    "TM_FLOOR": functools.partial(_sql_to_integral, rounding=ROUND_FLOOR),
+    "TM_CEIL": functools.partial(_sql_to_integral, rounding=ROUND_CEILING),
+    "TM_SQRT": _sql_sqrt,
+    "TM_NULLIF": _sql_nullif,
+    "TM_DISTINCT": _sql_distinct,
+    "TM_REPLACE": _sql_replace,
+    "TM_PAD": _sql_pad,
+    "TM_SPLIT_INDEX": _sql_split_index,
+    "TM_CONCAT_WS": _sql_concat_ws,
+    "TM_DATE_FORMAT": _sql_date_format,
+    "TM_REGEXP_EXTRACT": _sql_regexp_extract,
     "SqlType": SqlType,  # composite CAST targets are rendered as SqlType(...) literals
 }
 # non-deterministic functions would break retractions (a -U must equal its +I)
@@ -195,14 +297,113 @@ def _literal_py(self: PythonGenerator, e: exp.Literal) -> str:
     return text
 
 
+class SplitIndex(exp.Expression, exp.Func):
+    """Flink's ``SPLIT_INDEX(string, delimiter, index)`` (sqlglot has no node for it)."""
+
+    arg_types = {"this": True, "expression": True, "index": True}
+    _sql_names = ["SPLIT_INDEX"]
+
+
+class DateFormat(exp.Expression, exp.Func):
+    """Flink's ``DATE_FORMAT(timestamp, 'java pattern')``; Spark's date_format reads the same patterns."""
+
+    arg_types = {"this": True, "format": True}
+    _sql_names = ["DATE_FORMAT"]
+
+
+_MILLIS = "\x01"  # strftime has no milliseconds: a placeholder it copies, filled in after
+
+#: Java date-pattern letters DATE_FORMAT accepts, as strftime directives ("SSS": milliseconds)
+_JAVA_PATTERN = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S", "SSS": _MILLIS}
+
+
+def strftime_of(pattern: str) -> str:
+    """The strftime pattern of a Java date pattern, or SqlError naming what it cannot read."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "'":
+            end = pattern.find("'", i + 1)
+            if end < 0:
+                raise SqlError(f"DATE_FORMAT pattern {pattern!r}: unclosed quote")
+            out.append(pattern[i + 1 : end].replace("%", "%%") or "'")
+            i = end + 1
+            continue
+        if ch.isalpha():
+            run = len(pattern[i:]) - len(pattern[i:].lstrip(ch))
+            token = pattern[i : i + run]
+            if token not in _JAVA_PATTERN:
+                known = ", ".join(k for k in _JAVA_PATTERN)
+                raise SqlError(f"DATE_FORMAT pattern {pattern!r}: '{token}' is not supported ({known} are)")
+            out.append(_JAVA_PATTERN[token])
+            i += run
+            continue
+        out.append("%%" if ch == "%" else ch)
+        i += 1
+    return "".join(out)
+
+
+def _date_format_py(self: PythonGenerator, e: DateFormat) -> str:
+    fmt = e.args["format"]
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise SqlError("DATE_FORMAT needs its pattern as a string literal")
+    return f"TM_DATE_FORMAT({self.sql(e.this)}, {strftime_of(fmt.this)!r})"
+
+
+def _call(name: str, *args: exp.Expr | None) -> Callable[[PythonGenerator, exp.Expr], str]:
+    """A Python transform rendering a node as ``name(arg, ...)`` over the node's arguments."""
+
+    def render(self: PythonGenerator, e: exp.Expr) -> str:
+        return f"{name}({', '.join(self.sql(e.args.get(a)) for a in args)})"  # type: ignore[arg-type]
+
+    return render
+
+
+def _case_py(self: PythonGenerator, e: exp.Case) -> str:
+    """The simple ``CASE x WHEN v THEN ...`` is the searched ``CASE WHEN x = v THEN ...``."""
+    operand = e.args.get("this")
+    if operand is None:
+        return PythonGenerator.TRANSFORMS[exp.Case](self, e)
+    ifs = [exp.If(this=exp.EQ(this=operand.copy(), expression=i.this.copy()), true=i.args["true"].copy()) for i in e.args.get("ifs") or []]
+    default = e.args.get("default")
+    return self.sql(exp.Case(ifs=ifs, default=default.copy() if default is not None else None))
+
+
+def _pad_py(self: PythonGenerator, e: exp.Pad) -> str:
+    fill = e.args.get("fill_pattern")
+    return f"TM_PAD({self.sql(e.this)}, {self.sql(e.expression)}, {self.sql(fill) if fill is not None else repr(' ')}, {bool(e.args.get('is_left'))})"
+
+
+def _no_decimals(name: str) -> Callable[[PythonGenerator, exp.Expr], str]:
+    def render(self: PythonGenerator, e: exp.Expr) -> str:
+        if e.args.get("decimals") is not None or e.args.get("to") is not None:
+            raise SqlError(f"{e.sql_name()} with a second argument is not supported")
+        return f"{name}({self.sql(e.this)})"
+
+    return render
+
+
 class _RowGenerator(PythonGenerator):
     TRANSFORMS = {
         **PythonGenerator.TRANSFORMS,
+        exp.Floor: _no_decimals("TM_FLOOR"),
+        exp.Ceil: _no_decimals("TM_CEIL"),
+        exp.Sqrt: _call("TM_SQRT", "this"),
+        exp.Nullif: _call("TM_NULLIF", "this", "expression"),
+        exp.NullSafeNEQ: _call("TM_DISTINCT", "this", "expression"),
+        exp.NullSafeEQ: lambda self, e: f"(not TM_DISTINCT({self.sql(e.this)}, {self.sql(e.expression)}))",
+        exp.Replace: _call("TM_REPLACE", "this", "expression", "replacement"),
+        exp.Pad: _pad_py,
+        exp.ConcatWs: lambda self, e: f"TM_CONCAT_WS({', '.join(self.sql(a) for a in e.expressions)})",
+        SplitIndex: _call("TM_SPLIT_INDEX", "this", "expression", "index"),
+        DateFormat: _date_format_py,
+        exp.RegexpExtract: _call("TM_REGEXP_EXTRACT", "this", "expression", "group"),
         exp.Column: _column_py,
         exp.Literal: _literal_py,
         exp.Cast: _cast_py,
         exp.TryCast: _cast_py,
         exp.Div: lambda self, e: f"DIV({self.sql(e.this)}, {self.sql(e.expression)})",
+        exp.Case: _case_py,
     }
 
 
@@ -235,8 +436,10 @@ def check_supported(expr: exp.Expr) -> None:
             raise sql_error(f"unsupported function {node.name.upper()}()", node)
     try:
         src = python_source(expr)
-    except SqlError:
-        raise
+    except SqlError as e:
+        if e.line is not None:
+            raise
+        raise sql_error(str(e), expr) from None  # raised while rendering: add where
     except Exception as e:  # sqlglot cannot render it to Python
         raise sql_error(f"unsupported expression {describe(expr)} ({e})", expr) from None
     code = compile(src, "<expr>", "eval")
@@ -285,7 +488,57 @@ def to_spark_sql(expr: exp.Expr, input_names: Sequence[str]) -> str:
             return exp.Column(this=exp.Identifier(this=input_names[i], quoted=True))
         return node
 
-    return expr.transform(rename, copy=True).sql(dialect="spark")
+    tree = expr.transform(rename, copy=True)
+    for node in reversed(list(tree.dfs())):  # arguments before the call that takes them
+        new = _spark_form(node)
+        if new is not node:
+            if node is tree:
+                tree = new
+            else:
+                node.replace(new)
+    return tree.sql(dialect="spark")
+
+
+def _spark_form(node: exp.Expr) -> exp.Expr:
+    """Where Spark's function differs from Flink's, the Spark expression that gives Flink's value."""
+    if isinstance(node, SplitIndex):
+        return _split_index_spark(node)
+    if isinstance(node, exp.ConcatWs):
+        # sqlglot makes any NULL argument a NULL result; Spark's concat_ws, like Flink's, skips NULLs
+        return exp.Anonymous(this="concat_ws", expressions=[a.copy() for a in node.expressions])
+    if isinstance(node, exp.RegexpExtract):
+        # Spark's regexp_extract gives '' where Flink's gives NULL (no match) and counts groups from 1 by default
+        s, regex = node.this.copy(), node.expression.copy()
+        group = node.args.get("group").copy() if node.args.get("group") is not None else exp.Literal.number(0)
+        if _literal_group_missing(regex, group):
+            return exp.Null()  # Spark fails on a group the regex does not have; Flink gives NULL
+        found = exp.RegexpLike(this=s.copy(), expression=regex.copy())
+        extract = exp.Anonymous(this="regexp_extract", expressions=[s, regex, group])
+        return exp.If(this=found, true=extract, false=exp.Null())
+    if isinstance(node, exp.Pad) and node.args.get("fill_pattern") is not None:
+        # Spark pads with an empty fill; Flink's LPAD/RPAD give NULL then
+        empty = exp.EQ(this=node.args["fill_pattern"].copy(), expression=exp.Literal.string(""))
+        return exp.If(this=empty, true=exp.Null(), false=node.copy())
+    return node
+
+
+def _literal_group_missing(regex: exp.Expr, group: exp.Expr) -> bool:
+    if not (isinstance(regex, exp.Literal) and regex.is_string and isinstance(group, exp.Literal)):
+        return False
+    try:
+        return int(group.this) > re.compile(regex.this).groups
+    except (re.error, ValueError):
+        return False
+
+
+def _split_index_spark(node: SplitIndex) -> exp.Expr:
+    """Spark's ``split`` takes a regex: quote the delimiter (``\\Q...\\E``); a negative
+    index is NULL in Flink, and ``try_element_at`` gives NULL past the end."""
+    s, sep, index = (node.args[a].copy() for a in ("this", "expression", "index"))
+    quoted = exp.Anonymous(this="concat", expressions=[exp.Literal.string("\\Q"), sep, exp.Literal.string("\\E")])
+    parts = exp.Anonymous(this="split", expressions=[s, quoted, exp.Literal.number(-1)])
+    at = exp.Anonymous(this="try_element_at", expressions=[parts, exp.Add(this=index.copy(), expression=exp.Literal.number(1))])
+    return exp.If(this=exp.LT(this=index, expression=exp.Literal.number(0)), true=exp.Null(), false=at)
 
 
 # --------------------------------------------------------------------------- typing
@@ -294,7 +547,9 @@ _BOOL_NODES = (
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not, exp.Is,
     exp.In, exp.Like, exp.ILike, exp.Between, exp.Boolean, exp.NullSafeEQ, exp.NullSafeNEQ,
 )  # fmt: skip
-_STRING_FUNCS = (exp.Upper, exp.Lower, exp.Substring, exp.Trim, exp.Concat, exp.DPipe, exp.ConcatWs)
+_STRING_FUNCS = (
+    exp.Upper, exp.Lower, exp.Substring, exp.Trim, exp.Concat, exp.DPipe, exp.ConcatWs, exp.Replace, exp.Pad, SplitIndex,
+)  # fmt: skip
 
 
 def _numeric_result(a: SqlType | None, b: SqlType | None) -> SqlType | None:
@@ -343,7 +598,9 @@ def infer_type(expr: exp.Expr, input_types: Sequence[SqlType | None]) -> SqlType
         return _numeric_result(infer_type(expr.this, input_types), infer_type(expr.expression, input_types))
     if isinstance(expr, exp.Neg):
         return infer_type(expr.this, input_types)
-    if isinstance(expr, (exp.Coalesce, exp.Abs, exp.Round)):
+    if isinstance(expr, exp.Sqrt):
+        return make_type("DOUBLE")
+    if isinstance(expr, (exp.Coalesce, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Nullif)):
         return infer_type(expr.this, input_types)
     if isinstance(expr, exp.If):
         return infer_type(expr.args["true"], input_types)

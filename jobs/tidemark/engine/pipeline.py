@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.plan import Node, Planner, format_key
+from tidemark.engine.planner import Node, Planner, format_key
 from tidemark.engine.sql import parse_script, too_deep
 
 
@@ -185,7 +185,7 @@ class Pipeline:
                 out.append(cache)
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
-            out.append(f"aggregates: {', '.join(d['aggregates'])}")
+            out.append(f"aggregates: {', '.join(d['aggregates']) or '(none: SELECT DISTINCT)'}")
         elif n.kind == "calc" and n.stage is not None:
             spark = n.stage.to_spark_sql()
             if spark["filter"] is not None:

@@ -3,12 +3,13 @@
 The dialect extends sqlglot's parser rather than rewriting text, so every node keeps its
 source position and every syntax error names its line and column. This module only
 parses and checks statements (DDL, SET, the single INSERT); what the query means is the
-planner's job (``tidemark.engine.plan``).
+planner's job (``tidemark.engine.planner``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
@@ -20,6 +21,7 @@ from tidemark.engine import limits
 from tidemark.engine import options as options_check
 from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.errors import PlanError, SqlError
+from tidemark.engine.expressions import DateFormat, SplitIndex
 from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
 
 ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
@@ -44,6 +46,20 @@ class TidemarkParser(Parser):
 
     SCHEMA_UNNAMED_CONSTRAINTS = {*Parser.SCHEMA_UNNAMED_CONSTRAINTS, "WATERMARK"}
 
+    FUNCTIONS = {
+        **Parser.FUNCTIONS,
+        "SPLIT_INDEX": SplitIndex.from_arg_list,
+        "DATE_FORMAT": DateFormat.from_arg_list,
+        "REGEXP_EXTRACT": lambda args: _regexp_extract(args),
+    }
+
+
+def _regexp_extract(args: list) -> exp.RegexpExtract:
+    """Flink's third argument is the group (sqlglot's default reads it as a position)."""
+    if len(args) not in (2, 3):
+        raise ParseError(f"REGEXP_EXTRACT takes 2 or 3 arguments, not {len(args)}")
+    return exp.RegexpExtract(this=args[0], expression=args[1], group=args[2] if len(args) > 2 else None)
+
 
 class Tidemark(Dialect):
     """Flink SQL as far as Tidemark pipelines need it."""
@@ -51,6 +67,8 @@ class Tidemark(Dialect):
     class Tokenizer(Tokenizer):
         # Flink's ROW<name type, ...> / ROW(name type, ...) is sqlglot's STRUCT type
         KEYWORDS = {**Tokenizer.KEYWORDS, "STRING": TokenType.TEXT, "ROW": TokenType.STRUCT}
+        # Flink quotes identifiers with backticks (`dateTime`); double quotes stay accepted
+        IDENTIFIERS = ['"', "`"]
 
     Parser = TidemarkParser
 
@@ -109,21 +127,40 @@ class InsertStatement:
 
 
 @dataclass
+class ViewDef:
+    """``CREATE [TEMPORARY] VIEW name [(cols)] AS query``: a named query, planned where it is read."""
+
+    name: str
+    columns: list[str] | None
+    query: exp.Query
+    node: exp.Create
+
+
+@dataclass
 class Script:
-    """A parsed pipeline: its tables (in declaration order), SET options and the INSERT."""
+    """A parsed pipeline: its tables (in declaration order), views, SET options and the INSERT."""
 
     tables: dict[str, TableDef] = field(default_factory=dict)
+    views: dict[str, ViewDef] = field(default_factory=dict)
     options: dict[str, str] = field(default_factory=dict)
     insert: InsertStatement | None = None
 
     def table(self, name: str) -> TableDef | None:
         """Look a table up by name (exact first, then case-insensitive)."""
-        if name in self.tables:
-            return self.tables[name]
-        for key, t in self.tables.items():
-            if key.lower() == name.lower():
-                return t
-        return None
+        return _lookup(self.tables, name)
+
+    def view(self, name: str) -> ViewDef | None:
+        """Look a view up by name (exact first, then case-insensitive)."""
+        return _lookup(self.views, name)
+
+
+def _lookup(named: dict[str, Any], name: str) -> Any:
+    if name in named:
+        return named[name]
+    for key, value in named.items():
+        if key.lower() == name.lower():
+            return value
+    return None
 
 
 def parse_statements(sql: str) -> list[exp.Expr]:
@@ -164,9 +201,14 @@ def parse_script(sql: str) -> Script:
     """Parse and check a whole pipeline script: CREATE TABLE, SET, exactly one INSERT."""
     script = Script()
     for stmt in parse_statements(sql):
-        if isinstance(stmt, exp.Create):
+        if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "VIEW":
+            view = _view_def(stmt)
+            if script.table(view.name) is not None or script.view(view.name) is not None:
+                raise sql_error(f"'{view.name}' is declared twice (as a table or view)", stmt.this)
+            script.views[view.name] = view
+        elif isinstance(stmt, exp.Create):
             table = _table_def(stmt)
-            if script.table(table.name) is not None:
+            if script.table(table.name) is not None or script.view(table.name) is not None:
                 raise sql_error(f"table '{table.name}' is declared twice", stmt.this)
             script.tables[table.name] = table
         elif isinstance(stmt, exp.Set):
@@ -185,6 +227,23 @@ def parse_script(sql: str) -> Script:
     if script.insert is None:
         raise SqlError("the pipeline has no INSERT INTO statement")
     return script
+
+
+def _view_def(stmt: exp.Create) -> ViewDef:
+    target = stmt.this
+    columns = None
+    if isinstance(target, exp.Schema):
+        columns = [c.name for c in target.expressions]
+        target = target.this
+    if not isinstance(target, exp.Table) or target.args.get("db") or target.args.get("catalog"):
+        raise sql_error(f"CREATE VIEW needs a plain view name, not {describe(target)}", stmt)
+    for prop in (stmt.args.get("properties") or exp.Properties(expressions=[])).expressions:
+        if not isinstance(prop, exp.TemporaryProperty):
+            raise sql_error(f"CREATE VIEW ... {describe(prop)} is not supported", stmt)
+    query = stmt.expression
+    if not isinstance(query, exp.Query):
+        raise sql_error("CREATE VIEW needs AS followed by a SELECT query", stmt)
+    return ViewDef(target.name, columns, query, stmt)
 
 
 def _set_options(stmt: exp.Set) -> dict[str, str]:
@@ -227,6 +286,12 @@ def _insert(stmt: exp.Insert) -> InsertStatement:
         raise sql_error("INSERT ... VALUES is not supported: a pipeline inserts a SELECT", query)
     if not isinstance(query, exp.Query):
         raise sql_error("INSERT INTO needs a SELECT query", stmt)
+    outer_with = stmt.args.get("with_")
+    if outer_with is not None:  # WITH c AS (...) INSERT INTO ...: the CTEs belong to the query
+        inner = query.args.get("with_")
+        if inner is not None:
+            outer_with.set("expressions", [*outer_with.expressions, *inner.expressions])
+        query.set("with_", outer_with)
     return InsertStatement(target.name, columns, query, _on_conflict(stmt), stmt)
 
 

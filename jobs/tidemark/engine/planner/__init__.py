@@ -1,0 +1,36 @@
+"""The planner: one INSERT ... SELECT becomes a DAG of stages, each with its upsert key and
+changelog mode, and the sink gets a materializer exactly when it needs one.
+
+Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
+``select``, ``join`` and ``aggregate`` build stages, ``sink`` applies the sink policy;
+``graph`` holds the nodes they add. ``Planner`` puts the builders together.
+"""
+
+from __future__ import annotations
+
+from tidemark.engine.errors import PlanError
+from tidemark.engine.planner.aggregate import AggregatePlanner
+from tidemark.engine.planner.join import JoinPlanner
+from tidemark.engine.planner.node import Node, format_key
+from tidemark.engine.planner.select import SelectPlanner
+from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
+
+__all__ = ["Node", "Planner", "format_key"]
+
+
+class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, SinkPlanner):
+    """All builders over one graph: ``plan()`` plans the script's INSERT."""
+
+    def plan(self) -> list[Node]:
+        ins = self.script.insert
+        assert ins is not None
+        mode = self.script.options.get("table.exec.sink.upserts.compaction-mode")
+        if mode is not None and mode.upper() not in COMPACTION_MODES:
+            raise PlanError(
+                f"SET 'table.exec.sink.upserts.compaction-mode' = '{mode}': expected one of {', '.join(COMPACTION_MODES)}"
+            )
+        body = self.insert(ins)
+        self.finish(ins, body)
+        for n in self.nodes:
+            n.detail.pop("composable", None)
+        return self.nodes

@@ -1,0 +1,190 @@
+"""Stage construction for joins: equi-join keys, the residual condition, and the choice
+between a regular and a delta join."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from tidemark.engine import limits
+from tidemark.engine.catalog import TableDef
+from tidemark.engine.errors import PlanError, SqlError
+from tidemark.engine.expressions import RowPredicate, check_supported, col_index, referenced_columns, to_spark_sql
+from tidemark.engine.planner.graph import PlanGraph
+from tidemark.engine.planner.keys import join_keys
+from tidemark.engine.planner.node import Key, Node
+from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
+from tidemark.engine.planner.scope import Scope
+from tidemark.engine.sql import describe, position_of, sql_error
+
+
+class JoinPlanner(PlanGraph):
+    """Joins: ON or a comma join's WHERE conditions become equi keys plus a residual."""
+
+    def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None) -> int:
+        """Plan one JOIN. ``pending`` holds the WHERE conjuncts not yet placed: a comma join
+        (``FROM a, b WHERE a.id = b.id``) takes those that refer to its right side and to
+        nothing not yet joined as its condition, which is the same inner join as ON."""
+        side = (join.text("side") or "").upper()
+        kind = (join.text("kind") or "").upper()
+        if join.args.get("method"):
+            raise sql_error(f"{join.text('method').upper()} JOIN is not supported", join)
+        if kind in ("SEMI", "ANTI", "CROSS") or kind not in ("", "INNER", "OUTER"):
+            raise sql_error(f"{kind} JOIN is not supported", join)
+        if join.args.get("using"):
+            raise sql_error("JOIN ... USING is not supported; write ON a.col = b.col", join)
+        on = join.args.get("on")
+        comma = on is None and not side and not kind
+        if on is None and not comma:
+            raise sql_error(f"a {side} JOIN without ON is not supported; equi-joins only", join.this)
+        join_type = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}.get(side)
+        if join_type is None:
+            raise sql_error(f"{side} JOIN is not supported", join)
+        left_width = scope.width
+        right_id = self.relation(join.this, scope)
+        if scope.width > limits.COLUMNS.value:
+            raise limits.COLUMNS.refuse(f"the join is {scope.width} columns wide", *position_of(join.this))
+        if comma:
+            on, condition = self._comma_condition(join, scope, left_width, pending if pending is not None else [])
+        else:
+            condition = self.resolve(on, scope)
+        lkeys: list[int] = []
+        rkeys: list[int] = []
+        residual: list[exp.Expr] = []
+        for conj in conjuncts(condition):
+            if isinstance(conj, exp.EQ):
+                a, b = col_index(conj.this), col_index(conj.expression)
+                if a is not None and b is not None:
+                    if a < left_width <= b:
+                        lkeys.append(a), rkeys.append(b - left_width)
+                        continue
+                    if b < left_width <= a:
+                        lkeys.append(b), rkeys.append(a - left_width)
+                        continue
+            residual.append(conj)
+        if not lkeys:
+            raise sql_error(
+                f"join condition {describe(on)} has no equality between a column of each side; "
+                "only equi-joins are supported (non-equi conditions may be added with AND)",
+                on,
+            )
+        left, right = self.node(left_id), self.node(right_id)
+        res_expr = conjoin(residual)
+        if res_expr is not None:
+            check_supported(res_expr)
+        from tidemark.engine.stages.join import Join
+
+        name = self._stage_name("join")
+        stage = Join(
+            join_type, tuple(lkeys), tuple(rkeys), left.width, right.width,
+            residual=RowPredicate(res_expr) if res_expr is not None else None, name=name,
+        )  # fmt: skip
+        keys = join_keys(
+            join_type, left.upsert_keys, right.upsert_keys, Key(lkeys), Key(rkeys), left.width
+        )
+        appendish = left.changelog_mode == "append" and right.changelog_mode == "append" and join_type == "inner"
+        names = unique_names(scope.names)
+        types = scope.types
+        node = self._add(
+            "join", name, [left_id, right_id], names, types,
+            upsert_keys=keys, changelog_mode="append" if appendish else "retract", stage=stage,
+            detail={
+                "join_type": join_type,
+                "on": [f"{names[a]} = {names[left.width + b]}" for a, b in zip(lkeys, rkeys)],
+                "residual": to_spark_sql(res_expr, names) if res_expr is not None else None,
+            },
+        )  # fmt: skip
+        self._choose_delta_join(node, left, right, lkeys, rkeys)
+        return node.id
+
+    def _comma_condition(
+        self, join: exp.Join, scope: Scope, left_width: int, pending: list[exp.Expr]
+    ) -> tuple[exp.Expr, exp.Expr]:
+        """Move the WHERE conjuncts this comma join can evaluate (all their columns joined
+        by now, one on its right side) from ``pending`` into its condition: (as written, resolved)."""
+        written: list[exp.Expr] = []
+        taken: list[exp.Expr] = []
+        for conj in list(pending):
+            try:
+                resolved = self.resolve(conj, scope)
+            except SqlError as e:
+                if "ambiguous" in str(e):
+                    raise
+                continue  # refers to a table joined later (or is wrong: reported with the WHERE)
+            if any(i >= left_width for i in referenced_columns(resolved)):
+                written.append(conj)
+                taken.append(resolved)
+                pending.remove(conj)
+        condition = conjoin(taken)
+        if condition is None:
+            raise sql_error(
+                f"comma join with {describe(join.this)} has no join condition in WHERE (a cross join); "
+                "add an equality between a column of each side",
+                join.this,
+            )
+        return conjoin(written), condition
+
+    def _choose_delta_join(self, node: Node, left: Node, right: Node, lkeys: list[int], rkeys: list[int]) -> None:
+        """Delta join or regular join (``tidemark.engine.delta_plan`` has the rules)."""
+        from tidemark.engine import delta_plan as dp
+        from tidemark.engine.stages.delta_join import DeltaJoin
+
+        opts = dp.read_options(self.script.options)
+        node.detail["strategy"] = "regular"
+        if opts.strategy == "NONE":
+            node.detail["strategy_reason"] = f"SET '{dp.STRATEGY}' = 'NONE'"
+            return
+        join_type = node.detail["join_type"]
+        try:
+            q = dp.qualify(self, join_type, left.id, right.id, lkeys, rkeys, opts)
+        except dp.NotQualified as e:
+            self._not_delta(node, str(e), opts.strategy)
+            return
+        regular = node.stage
+        node.stage = DeltaJoin(
+            join_type, tuple(lkeys), tuple(rkeys), left.width, right.width, residual=regular.residual,
+            sides=(q.left.side, q.right.side), consistency=opts.consistency, cache_enabled=opts.cache_enabled,
+            cache_sizes=opts.cache_sizes, name=node.name,
+        )  # fmt: skip
+        node.detail.update(strategy="delta", strategy_reason=q.why, delta_join=node.stage.describe())
+        if opts.consistency == "eventual":
+            self._delta_fallback[node.id] = (regular, node.changelog_mode, node.upsert_keys)
+            node.changelog_mode = "upsert"
+            # (left PK, right PK) identifies an output row; equal join columns may stand in for each other
+            same = {left.width + r: l for l, r in zip(lkeys, rkeys)}
+            right_pk = [p + left.width for p in q.right.pk_positions]
+            pairs = {Key(q.left.pk_positions) | Key(right_pk), Key(q.left.pk_positions) | Key(same.get(p, p) for p in right_pk)}
+            node.upsert_keys = node.upsert_keys | pairs
+
+    def _not_delta(self, node: Node, reason: str, strategy: str) -> None:
+        from tidemark.engine import delta_plan as dp
+
+        if strategy == "FORCE":
+            raise PlanError(
+                f"SET '{dp.STRATEGY}' = 'FORCE': join [{node.id}] ON {' AND '.join(node.detail['on'])} "
+                f"cannot be a delta join: {reason}"
+            )
+        node.detail["strategy"] = "regular"
+        node.detail["strategy_reason"] = f"not a delta join: {reason}"
+
+    def _check_eventual_delta(self, query_out: int, sink: TableDef) -> bool:
+        """Downstream rules of eventual delta joins (known only now); a join failing them
+        goes back to a regular join (AUTO) or fails planning (FORCE). True when an
+        eventual delta join feeds the sink."""
+        from tidemark.engine import delta_plan as dp
+
+        feeding = False
+        for join_id, (regular, mode, keys) in list(self._delta_fallback.items()):
+            node = self.node(join_id)
+            try:
+                dp.check_downstream(self, join_id, query_out, sink)
+            except dp.NotQualified as e:
+                node.stage, node.changelog_mode, node.upsert_keys = regular, mode, keys
+                node.detail.pop("delta_join", None)
+                self._not_delta(node, str(e), dp.read_options(self.script.options).strategy)
+                continue
+            feeding = True
+            n = self.node(query_out)
+            while n.id != join_id:  # calcs between the join and the sink carry its upsert stream
+                n.changelog_mode = "upsert"
+                n = self.node(n.inputs[0])
+        return feeding
