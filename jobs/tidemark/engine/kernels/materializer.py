@@ -1,0 +1,112 @@
+"""The sink materializer under the batch contract: one polars pass per batch, then one state
+step per touched sink PK.
+
+What is columnar (polars over the batch's Arrow table): grouping by sink PK, the canonical
+order (``batch_columns.sorted_table``: position, retractions before adds, the ``repr``
+tiebreak only for ties), the greatest position per PK, and, for NOTHING and ERROR, the
+cancelling of exact ``+X``/``-X`` pairs (per distinct row the earliest adds cancel the latest
+retractions: window ranks over the sorted batch, no Python per record).
+
+What stays per PK, in Python: applying the surviving ops to that PK's state
+(``SinkMaterializer.apply``), which is the stage's own code, so the semantics are the
+per-key path's by construction. The state stays today's Python structure per PK (``ActiveRows``
+for DEDUPLICATE, the ``(row, pos, touched_ms, dropped)`` tuple otherwise): it is what the
+Spark host pickles and what tests inspect. DEDUPLICATE needs record order per PK (each
+add and retraction is applied against the active rows one by one, and which identical copy a
+retraction removes depends on what came before), so its ops are walked per PK; NOTHING and
+ERROR walk only what survives the pair cancelling.
+
+Batches carrying host group ids (``ChangeBatch.groups``, the Spark host) run through
+``PerKeyAdapter``: their state is keyed by those ids, not by the PK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from tidemark.engine.batch import WEIGHT, ChangeBatch
+from tidemark.engine.batch_columns import sorted_table
+from tidemark.engine.changelog import Change
+from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.materializer import SinkMaterializer
+
+_I = "$i"  # a change's index in the batch's change list
+_ADD = "$add"
+_KEY = "$key"  # the PK's first arrival index: a PK id that also orders PKs as the adapter does
+
+
+class MaterializerKernel:
+    """``process_batch`` for a ``SinkMaterializer`` (module docstring)."""
+
+    def __init__(self, stage: SinkMaterializer) -> None:
+        self.stage = stage
+        self.name = stage.name
+        self.n_inputs = stage.n_inputs
+        self._per_key = PerKeyAdapter(stage)
+
+    def process_batch(
+        self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
+    ) -> tuple[Bucket, ChangeBatch]:
+        batch = inputs[0]
+        if batch.groups is not None:
+            return self._per_key.process_batch(inputs, state, ctx)
+        changes = batch.changes()
+        if not changes:
+            return state, ChangeBatch(changes=[])
+        plan = self._ops_per_key(_unit_table(batch, changes))
+        stage, states = self.stage, state.states
+        pk = stage.pk
+        emitted: list[Change] = []
+        for first, op_index, op_add, last in plan.iter_rows():
+            key = tuple(changes[first].row[j] for j in pk)
+            ops = [(changes[i].pos, a, changes[i].row) for i, a in zip(op_index, op_add)]
+            new_state, out = stage.apply(key, ops, states.get(key), changes[last].pos, ctx)
+            if new_state is None:
+                states.pop(key, None)
+            else:
+                states[key] = new_state
+            emitted.extend(out)
+        return state, ChangeBatch(changes=emitted)
+
+    def _ops_per_key(self, table: pa.Table) -> pl.DataFrame:
+        """One row per touched PK, in arrival order of the PKs: the PK's first change, the
+        ops to apply (change indexes and signs, in the canonical order) and the change
+        with the PK's greatest position."""
+        df = pl.from_arrow(sorted_table(table)).with_columns((pl.col(WEIGHT) > 0).alias(_ADD))
+        rows = [c for c in table.column_names if not c.startswith("$")]
+        pk = [rows[j] for j in self.stage.pk]
+        df = df.with_columns(pl.col(_I).min().over(pk).alias(_KEY))
+        last = df.group_by(_KEY).agg(pl.col(_I).last().alias("$last"))
+        if self.stage.strategy != "DEDUPLICATE":
+            df = df.filter(_survives_pair_cancelling(rows))
+        ops = df.group_by(_KEY, maintain_order=True).agg(pl.col(_I), pl.col(_ADD))
+        return (
+            last.join(ops, on=_KEY, how="left")
+            .with_columns(pl.col(_I).fill_null([]), pl.col(_ADD).fill_null([]))
+            .sort(_KEY)
+            .select(_KEY, _I, _ADD, "$last")
+        )
+
+
+def _survives_pair_cancelling(rows: list[str]) -> pl.Expr:
+    """Over a batch in the canonical order: per distinct row, ``k = min(adds, retractions)``
+    pairs cancel; the adds after the first ``k`` and the retractions before the last ``k``
+    survive (``materializer.consolidate``)."""
+    add = pl.col(_ADD)
+    n_add = add.sum().over(rows)
+    n_ret = (~add).sum().over(rows)
+    k = pl.min_horizontal(n_add, n_ret)
+    rank = pl.int_range(pl.len()).over([*rows, _ADD])
+    return pl.when(add).then(rank >= k).otherwise(rank < n_ret - k)
+
+
+def _unit_table(batch: ChangeBatch, changes: list[Change]) -> pa.Table:
+    """The batch as a table with one row per change (weights +-1) and the change's index."""
+    table = batch.table()
+    if table.num_rows != len(changes):  # net weights: one row per unit of weight
+        table = ChangeBatch.from_changes(changes).table()
+    return table.append_column(_I, pa.array(range(len(changes)), pa.int64()))
