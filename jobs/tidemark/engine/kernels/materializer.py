@@ -37,6 +37,9 @@ from tidemark.engine.stages.materializer import SinkMaterializer
 _I = "$i"  # a change's index in the batch's change list
 _ADD = "$add"
 _KEY = "$key"  # the PK's first arrival index: a PK id that also orders PKs as the adapter does
+_LAST = "$last"  # the index of the PK's change with the greatest position
+_KEEP = "$keep"  # the change is an op to apply (survives the pair cancelling)
+_N = "$n"  # ops per PK
 
 
 class MaterializerKernel:
@@ -57,14 +60,19 @@ class MaterializerKernel:
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
-        plan = self._ops_per_key(_unit_table(batch, changes))
+        keys, ops = self._ops_per_key(_unit_table(batch, changes))
+        first_of, last_of, n_ops = (keys[c].to_list() for c in (_KEY, _LAST, _N))
+        op_index, op_add = ops[_I].to_list(), ops[_ADD].to_list()
         stage, states = self.stage, state.states
         pk = stage.pk
         emitted: list[Change] = []
-        for first, op_index, op_add, last in plan.iter_rows():
+        start = 0
+        for first, last, n in zip(first_of, last_of, n_ops):
             key = tuple(changes[first].row[j] for j in pk)
-            ops = [(changes[i].pos, a, changes[i].row) for i, a in zip(op_index, op_add)]
-            new_state, out = stage.apply(key, ops, states.get(key), changes[last].pos, ctx)
+            end = start + n
+            key_ops = [(changes[i].pos, a, changes[i].row) for i, a in zip(op_index[start:end], op_add[start:end])]
+            start = end
+            new_state, out = stage.apply(key, key_ops, states.get(key), changes[last].pos, ctx)
             if new_state is None:
                 states.pop(key, None)
             else:
@@ -72,24 +80,18 @@ class MaterializerKernel:
             emitted.extend(out)
         return state, ChangeBatch(changes=emitted)
 
-    def _ops_per_key(self, table: pa.Table) -> pl.DataFrame:
-        """One row per touched PK, in arrival order of the PKs: the PK's first change, the
-        ops to apply (change indexes and signs, in the canonical order) and the change
-        with the PK's greatest position."""
+    def _ops_per_key(self, table: pa.Table) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(one row per touched PK in arrival order of the PKs: the PK's first change, the
+        change with its greatest position and how many ops it has; the ops to apply as
+        change indexes and signs, grouped by PK in that order, each PK's in the canonical
+        order)."""
         df = pl.from_arrow(sorted_table(table)).with_columns((pl.col(WEIGHT) > 0).alias(_ADD))
         rows = [c for c in table.column_names if not c.startswith("$")]
         pk = [rows[j] for j in self.stage.pk]
-        df = df.with_columns(pl.col(_I).min().over(pk).alias(_KEY))
-        last = df.group_by(_KEY).agg(pl.col(_I).last().alias("$last"))
-        if self.stage.strategy != "DEDUPLICATE":
-            df = df.filter(_survives_pair_cancelling(rows))
-        ops = df.group_by(_KEY, maintain_order=True).agg(pl.col(_I), pl.col(_ADD))
-        return (
-            last.join(ops, on=_KEY, how="left")
-            .with_columns(pl.col(_I).fill_null([]), pl.col(_ADD).fill_null([]))
-            .sort(_KEY)
-            .select(_KEY, _I, _ADD, "$last")
-        )
+        keep = pl.lit(True) if self.stage.strategy == "DEDUPLICATE" else _survives_pair_cancelling(rows)
+        df = df.select(pl.col(_I).min().over(pk).alias(_KEY), _I, _ADD, keep.alias(_KEEP))
+        keys = df.group_by(_KEY).agg(pl.col(_I).last().alias(_LAST), pl.col(_KEEP).sum().alias(_N)).sort(_KEY)
+        return keys, df.filter(pl.col(_KEEP)).sort(_KEY, maintain_order=True)
 
 
 def _survives_pair_cancelling(rows: list[str]) -> pl.Expr:
