@@ -171,3 +171,21 @@ def test_a_batch_built_from_arrow_columns_with_net_weights():
     state, out = kernel.process_batch([batch], Bucket(), BatchContext())
     assert [(x.kind, x.row) for x in out.changes()] == [("+I", (1, 10, "a"))]
     assert state.states[(1,)][3] == 1  # one identical copy dropped, remembered
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(1, 1, 1), (1, 1, "x")],  # a column mixing types
+        [(1, 1, 2**70)],  # beyond 64 bits
+        [(1, 1, (1, "a")), (1, 2, (2, "b"))],  # tuples mixing types
+    ],
+    ids=["mixed-types", "bigint", "mixed-tuple"],
+)
+@pytest.mark.parametrize("strategy", ["DEDUPLICATE", "NOTHING"])
+def test_changes_arrow_cannot_type_run_per_key(rows, strategy):
+    changes = [Change("+I", row, (i,)) for i, row in enumerate(rows)]
+    stage = sink(strategy, upsert_key=None)
+    kernel, per_key = Host(MaterializerKernel(stage)), Host(PerKeyAdapter(stage))
+    assert kernel.run(changes) == per_key.run(changes) != []
+    assert kernel.visible_state() == per_key.visible_state()

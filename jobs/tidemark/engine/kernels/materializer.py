@@ -16,8 +16,11 @@ add and retraction is applied against the active rows one by one, and which iden
 retraction removes depends on what came before), so its ops are walked per PK; NOTHING and
 ERROR walk only what survives the pair cancelling.
 
-Batches carrying host group ids (``ChangeBatch.groups``, the Spark host) run through
-``PerKeyAdapter``: their state is keyed by those ids, not by the PK.
+Two kinds of batch run through ``PerKeyAdapter`` instead: batches carrying host group ids
+(``ChangeBatch.groups``, the Spark host), whose state is keyed by those ids, not by the PK;
+and batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
+column mixing types, an integer beyond 64 bits, a tuple mixing types), which the planner's
+typed batches never hold but hand-built changes may.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ _KEY = "$key"  # the PK's first arrival index: a PK id that also orders PKs as t
 _LAST = "$last"  # the index of the PK's change with the greatest position
 _KEEP = "$keep"  # the change is an op to apply (survives the pair cancelling)
 _N = "$n"  # ops per PK
+# Python values Arrow cannot type as one column (module docstring): nothing has been applied yet
+_NOT_TABULAR = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, pl.exceptions.PolarsError)
 
 
 class MaterializerKernel:
@@ -60,7 +65,10 @@ class MaterializerKernel:
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
-        keys, ops = self._ops_per_key(_unit_table(batch, changes))
+        try:
+            keys, ops = self._ops_per_key(_unit_table(batch, changes))
+        except _NOT_TABULAR:
+            return self._per_key.process_batch(inputs, state, ctx)
         first_of, last_of, n_ops = (keys[c].to_list() for c in (_KEY, _LAST, _N))
         op_index, op_add = ops[_I].to_list(), ops[_ADD].to_list()
         stage, states = self.stage, state.states
