@@ -71,7 +71,8 @@ def main() -> None:
         stage = SinkMaterializer("t", (0,), ("id",), (1,), strategy)
         kernel, per_key = MaterializerKernel(stage), PerKeyAdapter(stage)
         warm_bucket, _ = per_key.process_batch([ChangeBatch(changes=warm)], Bucket(), BatchContext(metrics=Counter()))
-        for form, make in (("changes", lambda: ChangeBatch(changes=changes)), ("arrow", lambda: ChangeBatch.from_table(table))):
+        forms = (("changes", lambda: ChangeBatch(changes=changes)), ("arrow", lambda: ChangeBatch.from_table(table)))
+        for form, make in forms:
             t_kernel, t_per_key = [], []
             for _ in range(args.repeats):
                 t_per_key.append(timed(per_key, warm_bucket, make()))

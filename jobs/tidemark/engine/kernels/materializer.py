@@ -21,6 +21,11 @@ Two kinds of batch run through ``PerKeyAdapter`` instead: batches carrying host 
 and batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
 column mixing types, an integer beyond 64 bits, a tuple mixing types), which the planner's
 typed batches never hold but hand-built changes may.
+
+Values compare as Arrow compares them, which matches Python's ``==`` on the planner's types
+(``0.0`` and ``-0.0`` are one PK, ``Decimal("1.10")`` and ``Decimal("1.1")`` one row) except
+for NaN: one NaN equals another here, as in Flink's binary rows, while on the per-key path
+two decoded NaNs are different Python objects and so different keys.
 """
 
 from __future__ import annotations
@@ -44,7 +49,13 @@ _LAST = "$last"  # the index of the PK's change with the greatest position
 _KEEP = "$keep"  # the change is an op to apply (survives the pair cancelling)
 _N = "$n"  # ops per PK
 # Python values Arrow cannot type as one column (module docstring): nothing has been applied yet
-_NOT_TABULAR = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, pl.exceptions.PolarsError)
+_NOT_TABULAR = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    pl.exceptions.PolarsError,
+)
 
 
 class MaterializerKernel:
