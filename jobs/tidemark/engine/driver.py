@@ -131,5 +131,8 @@ def _key_of_first(stage: KeyedStage, lists: list[list[Change]]) -> tuple:
 def batch_stage(stage: Any) -> BatchStage:
     """``stage`` under the batch contract: a stage with ``process_key`` runs per key behind
     ``PerKeyAdapter`` (the delta join's own ``process_batch(inputs, ctx)`` is its lookup
-    prefetch for Spark, not this contract); a batch kernel is called as it is."""
+    prefetch for Spark, not this contract); a batch kernel is called as it is. A stage that
+    offers ``batch_kernel()`` chooses its own (it may still answer with the adapter)."""
+    if hasattr(stage, "batch_kernel"):
+        return stage.batch_kernel()
     return PerKeyAdapter(stage) if hasattr(stage, "process_key") else stage

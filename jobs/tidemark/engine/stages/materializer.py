@@ -81,6 +81,7 @@ Strategies
 
 from __future__ import annotations
 
+import os
 from bisect import insort
 from collections import deque
 from collections.abc import Sequence
@@ -88,6 +89,7 @@ from operator import itemgetter
 from typing import Any
 
 from tidemark.engine.changelog import Change, canonical_sorted, diff_to_changes, sorted_ops
+from tidemark.engine.driver import PerKeyAdapter
 from tidemark.engine.errors import ConflictError, PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -253,13 +255,33 @@ class SinkMaterializer:
         changes = inputs[0]
         if not changes:
             return state, []
+        pos = max(c.pos for c in changes)
+        ops = in_position_order(changes) if self.strategy == "DEDUPLICATE" else consolidate(changes)
+        return self.apply(key, ops, state, pos, ctx)
+
+    def apply(
+        self, key: tuple, ops: list[tuple[tuple, bool, tuple]], state: Any, pos: tuple, ctx: BatchContext
+    ) -> tuple[Any, list[Change]]:
+        """One PK's batch, already in the canonical order (and, for NOTHING and ERROR, with
+        exact pairs cancelled: ``consolidate``), against its state; ``pos`` is the batch's
+        greatest position for the PK. Shared by ``process_key`` and the batch kernel
+        (``tidemark.engine.kernels.materializer``), which orders and cancels a whole batch
+        at once."""
         if state is not None and self.ttl_ms is not None and ctx.now_ms - _touched(state) > self.ttl_ms:
             ctx.metrics["state_expired"] += 1
             state = None
-        pos = max(c.pos for c in changes)
         if self.strategy == "DEDUPLICATE":
-            return self._deduplicate(in_position_order(changes), state, pos, ctx)
-        return self._single_row(key, consolidate(changes), state, pos, ctx)
+            return self._deduplicate(ops, state, pos, ctx)
+        return self._single_row(key, ops, state, pos, ctx)
+
+    def batch_kernel(self) -> Any:
+        """The stage under the batch contract (``driver.batch_stage``): the materializer
+        kernel, unless ``TIDEMARK_MATERIALIZER_KERNEL=0`` asks for the per-key path."""
+        if os.environ.get("TIDEMARK_MATERIALIZER_KERNEL", "1") == "0":
+            return PerKeyAdapter(self)
+        from tidemark.engine.kernels.materializer import MaterializerKernel
+
+        return MaterializerKernel(self)
 
     def _deduplicate(self, ops, st: ActiveRows | None, pos: tuple, ctx: BatchContext):
         """One record at a time against the state, as Flink's SinkUpsertMaterializer."""

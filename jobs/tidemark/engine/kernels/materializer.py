@@ -1,0 +1,133 @@
+"""The sink materializer under the batch contract: one polars pass per batch, then one state
+step per touched sink PK.
+
+What is columnar (polars over the batch's Arrow table): grouping by sink PK, the canonical
+order (``batch_columns.sorted_table``: position, retractions before adds, the ``repr``
+tiebreak only for ties), the greatest position per PK, and, for NOTHING and ERROR, the
+cancelling of exact ``+X``/``-X`` pairs (per distinct row the earliest adds cancel the latest
+retractions: window ranks over the sorted batch, no Python per record).
+
+What stays per PK, in Python: applying the surviving ops to that PK's state
+(``SinkMaterializer.apply``), which is the stage's own code, so the semantics are the
+per-key path's by construction. The state stays today's Python structure per PK (``ActiveRows``
+for DEDUPLICATE, the ``(row, pos, touched_ms, dropped)`` tuple otherwise): it is what the
+Spark host pickles and what tests inspect. DEDUPLICATE needs record order per PK (each
+add and retraction is applied against the active rows one by one, and which identical copy a
+retraction removes depends on what came before), so its ops are walked per PK; NOTHING and
+ERROR walk only what survives the pair cancelling.
+
+Two kinds of batch run through ``PerKeyAdapter`` instead: batches carrying host group ids
+(``ChangeBatch.groups``, the Spark host), whose state is keyed by those ids, not by the PK;
+and batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
+column mixing types, an integer beyond 64 bits, a tuple mixing types), which the planner's
+typed batches never hold but hand-built changes may.
+
+Values compare as Arrow compares them, which matches Python's ``==`` on the planner's types
+(``0.0`` and ``-0.0`` are one PK, ``Decimal("1.10")`` and ``Decimal("1.1")`` one row) except
+for NaN: one NaN equals another here, as in Flink's binary rows, while on the per-key path
+two decoded NaNs are different Python objects and so different keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from tidemark.engine.batch import WEIGHT, ChangeBatch
+from tidemark.engine.batch_columns import sorted_table
+from tidemark.engine.changelog import Change
+from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.materializer import SinkMaterializer
+
+_I = "$i"  # a change's index in the batch's change list
+_ADD = "$add"
+_KEY = "$key"  # the PK's first arrival index: a PK id that also orders PKs as the adapter does
+_LAST = "$last"  # the index of the PK's change with the greatest position
+_KEEP = "$keep"  # the change is an op to apply (survives the pair cancelling)
+_N = "$n"  # ops per PK
+# Python values Arrow cannot type as one column (module docstring): nothing has been applied yet
+_NOT_TABULAR = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    pl.exceptions.PolarsError,
+)
+
+
+class MaterializerKernel:
+    """``process_batch`` for a ``SinkMaterializer`` (module docstring)."""
+
+    def __init__(self, stage: SinkMaterializer) -> None:
+        self.stage = stage
+        self.name = stage.name
+        self.n_inputs = stage.n_inputs
+        self._per_key = PerKeyAdapter(stage)
+
+    def process_batch(
+        self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
+    ) -> tuple[Bucket, ChangeBatch]:
+        batch = inputs[0]
+        if batch.groups is not None:
+            return self._per_key.process_batch(inputs, state, ctx)
+        changes = batch.changes()
+        if not changes:
+            return state, ChangeBatch(changes=[])
+        try:
+            keys, ops = self._ops_per_key(_unit_table(batch, changes))
+        except _NOT_TABULAR:
+            return self._per_key.process_batch(inputs, state, ctx)
+        first_of, last_of, n_ops = (keys[c].to_list() for c in (_KEY, _LAST, _N))
+        op_index, op_add = ops[_I].to_list(), ops[_ADD].to_list()
+        stage, states = self.stage, state.states
+        pk = stage.pk
+        emitted: list[Change] = []
+        start = 0
+        for first, last, n in zip(first_of, last_of, n_ops):
+            key = tuple(changes[first].row[j] for j in pk)
+            end = start + n
+            key_ops = [(changes[i].pos, a, changes[i].row) for i, a in zip(op_index[start:end], op_add[start:end])]
+            start = end
+            new_state, out = stage.apply(key, key_ops, states.get(key), changes[last].pos, ctx)
+            if new_state is None:
+                states.pop(key, None)
+            else:
+                states[key] = new_state
+            emitted.extend(out)
+        return state, ChangeBatch(changes=emitted)
+
+    def _ops_per_key(self, table: pa.Table) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(one row per touched PK in arrival order of the PKs: the PK's first change, the
+        change with its greatest position and how many ops it has; the ops to apply as
+        change indexes and signs, grouped by PK in that order, each PK's in the canonical
+        order)."""
+        df = pl.from_arrow(sorted_table(table)).with_columns((pl.col(WEIGHT) > 0).alias(_ADD))
+        rows = [c for c in table.column_names if not c.startswith("$")]
+        pk = [rows[j] for j in self.stage.pk]
+        keep = pl.lit(True) if self.stage.strategy == "DEDUPLICATE" else _survives_pair_cancelling(rows)
+        df = df.select(pl.col(_I).min().over(pk).alias(_KEY), _I, _ADD, keep.alias(_KEEP))
+        keys = df.group_by(_KEY).agg(pl.col(_I).last().alias(_LAST), pl.col(_KEEP).sum().alias(_N)).sort(_KEY)
+        return keys, df.filter(pl.col(_KEEP)).sort(_KEY, maintain_order=True)
+
+
+def _survives_pair_cancelling(rows: list[str]) -> pl.Expr:
+    """Over a batch in the canonical order: per distinct row, ``k = min(adds, retractions)``
+    pairs cancel; the adds after the first ``k`` and the retractions before the last ``k``
+    survive (``materializer.consolidate``)."""
+    add = pl.col(_ADD)
+    n_add = add.sum().over(rows)
+    n_ret = (~add).sum().over(rows)
+    k = pl.min_horizontal(n_add, n_ret)
+    rank = pl.int_range(pl.len()).over([*rows, _ADD])
+    return pl.when(add).then(rank >= k).otherwise(rank < n_ret - k)
+
+
+def _unit_table(batch: ChangeBatch, changes: list[Change]) -> pa.Table:
+    """The batch as a table with one row per change (weights +-1) and the change's index."""
+    table = batch.table()
+    if table.num_rows != len(changes):  # net weights: one row per unit of weight
+        table = ChangeBatch.from_changes(changes).table()
+    return table.append_column(_I, pa.array(range(len(changes)), pa.int64()))
