@@ -23,7 +23,7 @@ from typing import Any
 
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
-from tidemark.engine.plan import Node
+from tidemark.engine.planner import Node
 
 PLAN_FILE = "tidemark-plan.json"
 FINGERPRINT_VERSION = 1
