@@ -9,7 +9,6 @@ blocking Kafka round trips behind them. Bodies are strict JSON (``json_body``).
 from __future__ import annotations
 
 import logging
-import secrets
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -17,12 +16,12 @@ from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from tidemark.control import planning
+from tidemark.control.api_support import bearer_check, validation_detail
 from tidemark.control.controller import Conflict, Controller, LimitExceeded, NotFound
 from tidemark.control.indexes import IndexConflict, IndexRejected, IndexUnavailable
 from tidemark.control.json_body import StrictJsonRoute
@@ -73,29 +72,19 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     app.add_middleware(AccessLog, histogram=request_histogram)
 
-    bearer = HTTPBearer(auto_error=False, description="TIDEMARK_API_TOKEN")
-
-    def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        if api_token is None:
-            return
-        given = creds.credentials.encode() if creds is not None else b""
-        if creds is None or not secrets.compare_digest(given, api_token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
     def ready() -> None:
         reason = controller.ready_reason if not controller.registry.loaded else None
         if reason:
             raise HTTPException(503, f"not ready: {reason}")
 
-    v1 = [Depends(authorize), Depends(ready)]
+    v1 = [Depends(bearer_check(api_token, "TIDEMARK_API_TOKEN")), Depends(ready)]
 
     # -- errors: always JSON with a message, never a stack trace --------------------------
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
         errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
-        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
-        return JSONResponse({"detail": "; ".join(parts) or "invalid request", "errors": errors}, status_code=422)
+        return JSONResponse({"detail": validation_detail(errors), "errors": errors}, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def _http(_req: Request, exc: HTTPException) -> JSONResponse:

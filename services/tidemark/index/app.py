@@ -25,7 +25,6 @@ once), leaving the other threads to the lookups that need no wait.
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -35,13 +34,13 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from tidemark.control.api_support import bearer_check, validation_detail
 from tidemark.control.json_body import StrictJsonRoute
 from tidemark.control.middleware import BodySizeLimit
 from tidemark.engine.catalog import TableDef
@@ -52,7 +51,6 @@ from tidemark.index_client import MAX_LOOKUP_KEYS
 from tidemark.index_client.store import PRIMARY, AsOfUnavailable
 from tidemark.index.feed import TableFeed
 from tidemark.version import tidemark_version
-
 
 
 class TableRegistration(BaseModel):
@@ -203,20 +201,9 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
             yield from (rows, hist, applied, ready)
 
     registry.register(TableCollector())
-    bearer = HTTPBearer(auto_error=False, description="TIDEMARK_INDEX_TOKEN")
-
-    async def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        """async: a refused request never takes one of the worker threads lookups need."""
-        if api_token is None:
-            return
-        given = creds.credentials.encode() if creds is not None else b""
-        if creds is None or not secrets.compare_digest(given, api_token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        msgs = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        return JSONResponse({"detail": "; ".join(msgs)}, status_code=400)
+        return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=400)
 
     @app.exception_handler(TidemarkError)
     async def _tidemark(_req: Request, exc: TidemarkError) -> JSONResponse:
@@ -241,7 +228,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    needs_token = [Depends(authorize)]
+    needs_token = [Depends(bearer_check(api_token, "TIDEMARK_INDEX_TOKEN"))]
 
     @app.post("/v1/tables", status_code=201, dependencies=needs_token, responses=_errors(409))
     def register(reg: TableRegistration) -> dict:
