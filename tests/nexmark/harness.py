@@ -57,9 +57,9 @@ def query_sql(name: str) -> str:
 
 
 def today_dialect(sql: str) -> str:
-    """The query as Tidemark's planner reads it today: backtick identifiers written plain and
-    the ``WATERMARK`` clause dropped (issue 15's "with the backticks removed" experiment; with
-    neither construct planned yet, this is how the queries that need nothing else run)."""
+    """The query in the dialect Tidemark's planner reads: backtick identifiers written plain
+    and the ``WATERMARK`` clause dropped. Neither construct is planned, so this is the form in
+    which the queries that need nothing else can run and be compared with Flink."""
     without_watermark = re.sub(r",\s*WATERMARK FOR [^\n]*", "", sql)
     return without_watermark.replace("`", "")
 
