@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.control import planning, topic_rules, upgrade
 from tidemark.control.indexes import IndexBinding, IndexRegistrar
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
-from tidemark.control.registry_log import LEASE_PREFIX, Lease, LeaseRecord, PipelineRecord
+from tidemark.control.registry_log import LEASE_PREFIX, Lease, LeaseRecord, PipelineRecord, RegistryState
 from tidemark.control.registry_signing import signing_key
 from tidemark.control.registry_snapshot import RegistrySnapshot, orphaned_checkpoints
 from tidemark.control.settings import ControlSettings
@@ -505,7 +505,7 @@ class Controller:
         status; and the name to continue after (None on the last page)."""
         now = time.time()
 
-        def view(s) -> tuple[list, bool]:
+        def view(s: RegistryState) -> tuple[list, bool]:
             names = sorted(n for n in s.pipelines if after is None or n > after)
             return ([(s.pipelines[n], s.lease_holder(n, now), s.leases.get(n)) for n in names[:limit]],
                     len(names) > limit)
