@@ -1,5 +1,6 @@
 """What the command lines of both services (``tidemark control``, ``tidemark index``) share:
-where the bearer token comes from, and ``--insecure-dev`` only on a loopback address.
+where the bearer token comes from, ``--insecure-dev`` only on a loopback address, and
+``--kafka-config``.
 
 Without a token a service answers anyone who can reach its port, so ``--insecure-dev`` is
 refused on any listen address that is not loopback: ``0.0.0.0`` and ``::`` listen on every
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from pathlib import Path
 
 import typer
 
@@ -41,3 +43,15 @@ def bearer_token(env_var: str, *, insecure_dev: bool, host: str) -> str | None:
     if token is None:
         typer.echo(INSECURE_DEV_WARNING, err=True)
     return token
+
+
+def use_kafka_config(path: Path | None) -> None:
+    """Load ``--kafka-config`` for every Kafka client of the process (and the jobs it starts);
+    a bad file exits with status 2 and one line on stderr naming what is wrong in it."""
+    from tidemark.kafka.config import KafkaConfigError, use_config_file
+
+    try:
+        use_config_file(str(path) if path else None)
+    except KafkaConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

@@ -1,4 +1,4 @@
-"""Issue 12 on the control API, through HTTP against a running service and a real broker:
+"""The control API's defences, through HTTP against a running service and a real broker:
 topic rules, one plan per request, strict JSON and option types, limits, the paged list."""
 
 from __future__ import annotations

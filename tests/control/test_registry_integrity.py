@@ -1,6 +1,6 @@
-"""The registry applies only records a control service wrote (issue 12, finding 1), on a
-real broker: a pipeline cannot write the registry topic, and records written straight to
-it by anyone without the registry key are skipped without touching the state dir."""
+"""The registry applies only records a control service wrote, on a real broker: a pipeline
+cannot write the registry topic, and records written straight to it by anyone without the
+registry key are skipped without touching the state dir."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A real ``tidemark index`` process under the attacks of issue 12: every ``/v1`` endpoint
+"""A real ``tidemark index`` process under attack: every ``/v1`` endpoint
 needs the token (``TIDEMARK_INDEX_TOKEN``), far-future fence waits cannot starve normal
 lookups (unauthenticated ones are 401 at once, authenticated ones beyond ``--max-waiters``
 429 at once), and malformed JSON bodies are 422 with a message, with or without a token."""

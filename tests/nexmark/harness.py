@@ -23,6 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 QUERIES = HERE / "queries"
+#: the source tables every query reads from, declared once (``tidemark ... --init sources.sql``)
+SOURCES = QUERIES / "sources.sql"
 CACHE = HERE / ".flink-cache"
 ORACLE = REPO / "tests" / "conformance" / "flink_oracle.py"
 FLINK_PYTHON = Path(os.environ.get("TIDEMARK_FLINK_PYTHON", REPO / ".venv-flink" / "bin" / "python"))
@@ -50,13 +52,14 @@ class Data:
 
 
 def query_sql(name: str) -> str:
-    return (QUERIES / f"{name}.sql").read_text(encoding="utf-8")
+    """The query as one script, its sources first: what ``--init sources.sql`` compiles."""
+    return "\n".join(p.read_text(encoding="utf-8") for p in (SOURCES, QUERIES / f"{name}.sql"))
 
 
 def today_dialect(sql: str) -> str:
-    """The query as Tidemark's planner reads it today: backtick identifiers written plain and
-    the ``WATERMARK`` clause dropped (issue 15's "with the backticks removed" experiment; with
-    neither construct planned yet, this is how the queries that need nothing else run)."""
+    """The query in the dialect Tidemark's planner reads: backtick identifiers written plain
+    and the ``WATERMARK`` clause dropped. Neither construct is planned, so this is the form in
+    which the queries that need nothing else can run and be compared with Flink."""
     without_watermark = re.sub(r",\s*WATERMARK FOR [^\n]*", "", sql)
     return without_watermark.replace("`", "")
 

@@ -1,8 +1,8 @@
 """Nexmark against Flink 2.3: every query plans (``tidemark explain``), runs (``tidemark
 replay``'s host) and gives Flink's table on the same generated events.
 
-Each query runs twice on Tidemark: as adapted (``test_query``: the issue's acceptance) and
-in today's dialect (``test_query_today_dialect``: backticks written plain, no WATERMARK).
+Each query runs twice on Tidemark: as adapted (``test_query``) and in the dialect its
+planner reads (``test_query_today_dialect``: backticks written plain, no WATERMARK).
 Flink runs the adapted text once per query; both are compared with it, after every batch
 (the oracle's batches are Tidemark's micro-batches) and on the final table; queries whose
 results the watermark releases (``WATERMARK_DRIVEN``) on the final table only.

@@ -3,8 +3,7 @@ not decode, each with why and where it came from (``topic/partition/offset``), s
 can find and fix the producer without writing a consumer of their own.
 
 The topic is ``<pipeline>.dlq`` (``tidemark.formats.dead_letter``); it is written in
-transactions, so it is read ``read_committed``, with ``assign()`` (no consumer group: a
-group join is slow on the embedded broker and nothing here needs committed offsets).
+transactions, so it is read ``read_committed`` (``tidemark.kafka.read.records``).
 A dead letter is JSON or Avro with one schema (``proto/dead_letter.avsc``); which one is
 told by its first byte, since a JSON letter starts with ``{`` and an Avro one with the
 length of its pipeline name (a zig-zag varint, never ``{``).
@@ -13,8 +12,6 @@ length of its pipeline name (a zig-zag varint, never ``{``).
 from __future__ import annotations
 
 import base64
-import time
-import uuid
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -34,32 +31,11 @@ def letters(bootstrap: str, topic: str, *, follow: bool, timeout_s: float = 60.0
     """The dead letters of ``topic`` from its beginning, partition by partition in offset
     order; at the end of every partition: return, or with ``follow`` wait for more until
     the caller stops iterating."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from tidemark.kafka.read import records
 
-    from tidemark.kafka.admin import partition_counts
-
-    n = partition_counts(bootstrap, [topic], timeout_s)[topic]
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"tidemark-dlq-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": "read_committed",
-    })
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(n)])
-        pending = set(range(n))
-        deadline = time.monotonic() + timeout_s
-        while follow or pending:
-            if not follow and time.monotonic() > deadline:
-                raise TimeoutError(f"reading '{topic}' did not reach its end in {timeout_s:.0f}s")
-            for m in consumer.consume(num_messages=1000, timeout=0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"reading '{topic}': {err.str()}")
-                    pending.discard(m.partition())
-                elif m.value() is not None:
-                    yield dead_letter.decode(m.value(), _encoding_of(m.value()))
-    finally:
-        consumer.close()
+    for record in records(bootstrap, topic, follow=follow, timeout_s=timeout_s):
+        if record.value is not None:
+            yield dead_letter.decode(record.value, _encoding_of(record.value))
 
 
 def _preview(data: bytes | None) -> str:

@@ -1,4 +1,4 @@
-"""``tidemark explain FILE.sql [--json]``: show the stage graph a pipeline compiles to.
+"""``tidemark explain [--init FILE]... FILE.sql [--json]``: show the stage graph a pipeline compiles to.
 
 Each stage is shown with its upsert key and changelog mode, so a user can see why the
 sink needs (or does not need) a materializer before registering the pipeline. Bad SQL or
@@ -14,16 +14,19 @@ from typing import Annotated
 
 import typer
 
+from tidemark.cli.script import InitOption, compile_script, read_init
 from tidemark.engine.errors import TidemarkError
 
 
 def explain(
     file: Annotated[Path, typer.Argument(help="Pipeline SQL file (CREATE TABLE ...; INSERT INTO ... SELECT ...).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON instead of text.")] = False,
+    init: InitOption = [],  # noqa: B006 - typer reads the default, never mutates it
 ) -> None:
-    """Compile a pipeline and print its stages with upsert keys and changelog modes."""
-    from tidemark.engine.pipeline import compile_sql
+    """Compile a pipeline and print its stages with upsert keys and changelog modes.
 
+    --init files run first: tidemark explain --init tests/nexmark/queries/sources.sql tests/nexmark/queries/q0.sql
+    """
     try:
         sql = file.read_text(encoding="utf-8")
     except OSError as e:
@@ -33,7 +36,7 @@ def explain(
         typer.echo(f"{file}: not UTF-8 text ({e.reason})", err=True)
         raise typer.Exit(2) from None
     try:
-        pipeline = compile_sql(sql)
+        pipeline = compile_script(sql, read_init(init))
     except TidemarkError as e:
         typer.echo(f"{file}: {e}", err=True)
         raise typer.Exit(e.exit_status) from None

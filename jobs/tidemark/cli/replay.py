@@ -20,6 +20,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
+from tidemark.cli.script import InitOption, compile_script, read_init
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import InputError, TidemarkError
@@ -86,13 +87,13 @@ def run(
     out: TextIO | None = None,
     err: TextIO | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
+    init: Sequence[Path] = (),
 ) -> int:
     """The whole command; returns the exit status. Imports the planner lazily so that
     ``tidemark --help`` stays fast. Streams default to the current sys.stdout/stderr,
     looked up per call (a test runner may have replaced them)."""
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    from tidemark.engine.pipeline import compile_sql
     from tidemark.engine.replay import ReplayHost
 
     try:
@@ -101,7 +102,7 @@ def run(
         except (OSError, UnicodeDecodeError) as e:
             reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise InputError(str(sql_path), f"cannot read pipeline SQL: {reason}") from None
-        pipeline = compile_sql(sql)
+        pipeline = compile_script(sql, read_init(init))
         specs = parse_inputs(input_pairs, dict(pipeline.sources), sql_path.name)
         records = read_inputs(specs, max_line_bytes)
         plan = batches(records, batching)
@@ -152,11 +153,13 @@ def replay(
         int,
         typer.Option(min=1, help="Longest input line read, in bytes; a longer line is an error naming it."),
     ] = MAX_LINE_BYTES,
+    init: InitOption = [],  # noqa: B006 - typer reads the default, never mutates it
 ) -> None:
     """Replay JSON Lines changelogs through a pipeline, in-process, batch by batch.
 
     A line is {"kind": "+I", "row": {...}} (optional "seq": source position) or {"barrier": true}. See docs/replay.md.
+    --init files run first (e.g. --init sources.sql holding the CREATE TABLEs several pipelines share).
     """
-    status = run(sql_file, input, batching.value, emit.value, max_line_bytes=max_line_bytes)
+    status = run(sql_file, input, batching.value, emit.value, max_line_bytes=max_line_bytes, init=init)
     if status:
         raise typer.Exit(status)

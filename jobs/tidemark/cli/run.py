@@ -1,4 +1,4 @@
-"""``tidemark run FILE.sql``: run a pipeline on Spark, from its Kafka source topics to its
+"""``tidemark run [--init FILE]... FILE.sql``: run a pipeline on Spark, from its Kafka source topics to its
 sink topic, until stopped (SIGTERM / Ctrl-C) or, with ``--until-idle``, until everything
 in the source topics has been written.
 
@@ -24,11 +24,13 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
 
+from tidemark.cli.script import InitOption, compile_script, read_init
 from tidemark.engine.errors import TidemarkError
 
 
@@ -127,8 +129,12 @@ def run(
                      help="State buckets per keyed stage, fixed when the checkpoint is created (default 256). "
                           "Fewer: fewer state calls per batch; more: less state rewritten per touched bucket."),
     ] = None,
+    init: InitOption = [],  # noqa: B006 - typer reads the default, never mutates it
 ) -> None:
-    """Run a pipeline on Spark from Kafka to Kafka."""
+    """Run a pipeline on Spark from Kafka to Kafka.
+
+    --init files run first (e.g. --init sources.sql holding the CREATE TABLEs several pipelines share).
+    """
     from tidemark.spark.progress import StatusFile
 
     status = StatusFile.from_env()
@@ -137,7 +143,7 @@ def run(
         code = _run(
             file, bootstrap_servers, checkpoint, master, until_idle, max_records_per_trigger, name,
             trigger_interval, registry_url, log_file, verbose, status, term, index_url, index_token,
-            state_buckets=state_buckets, kafka_config=kafka_config,
+            state_buckets=state_buckets, kafka_config=kafka_config, init=init,
         )
     except TidemarkError as err:
         status.emit("error", message=str(err))
@@ -161,10 +167,9 @@ def _run(
     until_idle: bool, max_records_per_trigger: int | None, name: str | None, trigger_interval: str,
     registry_url: str | None, log_file: Path | None, verbose: bool, status: Any, term: TextIO,
     index_url: str | None = None, index_token: str | None = None, state_buckets: int | None = None,
-    kafka_config: Path | None = None,
+    kafka_config: Path | None = None, init: Sequence[Path] = (),
 ) -> int:
     from tidemark.engine.fingerprint import take_over
-    from tidemark.engine.pipeline import compile_sql
     from tidemark.kafka.broker import configured_bootstrap
     from tidemark.kafka.config import check_tables, use_config_file
     from tidemark.spark.session import check_java
@@ -175,9 +180,10 @@ def _run(
         raise RunUsageError(f"{file}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise RunUsageError(f"{file}: not UTF-8 text ({e.reason})") from None
+    init_files = read_init(init)
     use_config_file(str(kafka_config) if kafka_config else None)  # before any client, inherited by Spark
     try:
-        pipeline = compile_sql(sql)
+        pipeline = compile_script(sql, init_files)
         check_tables(pipeline.tables)
     except TidemarkError as e:
         raise _prefixed(e, str(file)) from None

@@ -1,6 +1,7 @@
 """The delta join's ``lookup`` callable over HTTP: one ``POST /v1/lookup`` per call (a
-batch of keys; a batch larger than the service takes is sent as several requests), rows decoded back into Python values with the table's column types.
-Used by hosts that run the stage away from the data (Spark tasks).
+batch of keys; a batch larger than the service takes is sent as several requests), rows
+decoded back into Python values with the table's column types. Used by hosts that run the
+stage away from the data (Spark tasks).
 
 A lookup that must wait for its offsets takes one of the service's few waiting slots; when
 none is free the service answers 429 at once, and the lookup is sent again with jittered

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -38,7 +39,19 @@ def read_topic(
 ) -> list[Record]:
     """Every record of every partition of ``topic``, partition by partition in offset
     order. ``committed_only`` reads with ``read_committed`` isolation."""
-    n = partition_counts(bootstrap, [topic])[topic]
+    out = list(records(bootstrap, topic, committed_only=committed_only, timeout_s=timeout_s))
+    out.sort(key=lambda r: (r.partition, r.offset))
+    return out
+
+
+def records(
+    bootstrap: str, topic: str, *, committed_only: bool = True, follow: bool = False, timeout_s: float = 60.0
+) -> Iterator[Record]:
+    """The records of ``topic`` from its beginning, as they are fetched (each partition in
+    offset order). At the end of every partition: return, or with ``follow`` wait for more
+    until the caller stops iterating. ``assign()``, no consumer group: nothing here needs
+    committed offsets, and a group join is slow on the embedded broker."""
+    n = partition_counts(bootstrap, [topic], timeout_s)[topic]
     consumer = Consumer(
         {
             **client_config(bootstrap),
@@ -49,13 +62,12 @@ def read_topic(
             "fetch.wait.max.ms": 50,
         }
     )
-    out: list[Record] = []
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(n)])
         pending = set(range(n))
         deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
+        while follow or pending:
+            if not follow and time.monotonic() > deadline:
                 raise TimeoutError(f"reading topic '{topic}' did not reach its end in {timeout_s:.0f}s")
             for m in consumer.consume(num_messages=10_000, timeout=0.2):
                 err = m.error()
@@ -64,11 +76,9 @@ def read_topic(
                         pending.discard(m.partition())
                         continue
                     raise RuntimeError(f"reading topic '{topic}': {err.str()}")
-                out.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ())))
+                yield Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()))
     finally:
         consumer.close()
-    out.sort(key=lambda r: (r.partition, r.offset))
-    return out
 
 
 def materialize_upsert(records: list[Record]) -> dict[bytes, bytes]:

@@ -9,7 +9,6 @@ blocking Kafka round trips behind them. Bodies are strict JSON (``json_body``).
 from __future__ import annotations
 
 import logging
-import secrets
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -17,12 +16,12 @@ from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from tidemark.control import planning
+from tidemark.control.api_support import bearer_check, validation_detail
 from tidemark.control.controller import Conflict, Controller, LimitExceeded, NotFound
 from tidemark.control.indexes import IndexConflict, IndexRejected, IndexUnavailable
 from tidemark.control.json_body import StrictJsonRoute
@@ -52,6 +51,47 @@ def _view(rec: PipelineRecord) -> dict:
             "version": rec.version, "created_at": rec.created_at, "updated_at": rec.updated_at}
 
 
+def _answer_errors_as_json(app: FastAPI) -> None:
+    """Every error is JSON with a message, never a stack trace: the caller's mistakes are
+    4xx naming what was wrong, a dependency's failure 502/503."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
+        return JSONResponse({"detail": validation_detail(errors), "errors": errors}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_req: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    async def _rejected(_req: Request, exc: Exception) -> JSONResponse:
+        """SQL the service will not take, with ``kind`` saying which check refused it."""
+        kind = exc.kind if isinstance(exc, planning.PlanRejected) else type(exc).__name__
+        return JSONResponse({"detail": str(exc), "kind": kind}, status_code=422)
+
+    for error_type in (planning.PlanRejected, TopicRuleViolation, IndexRejected):
+        app.add_exception_handler(error_type, _rejected)
+
+    # errors that are the caller's or a dependency's, never a 5xx with a stack trace; a
+    # delta join's tables that could not be registered with the index service leave the
+    # pipeline unregistered (502: that service is unusable, unreachable or refuses our token);
+    # a registration past a limit is 409: the registry's state, not the request, is in the way
+    statuses = {NotFound: 404, Conflict: 409, LimitExceeded: 409, RegistryUnavailable: 503, IndexUnavailable: 502,
+                IndexConflict: 409}
+
+    async def _by_status(_req: Request, exc: Exception) -> JSONResponse:
+        status = next(statuses[t] for t in type(exc).__mro__ if t in statuses)  # subclasses too
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    for error_type in statuses:
+        app.add_exception_handler(error_type, _by_status)
+
+    @app.exception_handler(Exception)
+    async def _crash(_req: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", exc_info=exc)
+        return JSONResponse({"detail": "internal error; see the control service log"}, status_code=500)
+
+
 def create_app(controller: Controller, api_token: str | None, *, max_body_bytes: int = 1024 * 1024,
                manage_controller: bool = True) -> FastAPI:
     """``api_token=None`` means ``--insecure-dev``: no authentication at all."""
@@ -73,64 +113,14 @@ def create_app(controller: Controller, api_token: str | None, *, max_body_bytes:
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     app.add_middleware(AccessLog, histogram=request_histogram)
 
-    bearer = HTTPBearer(auto_error=False, description="TIDEMARK_API_TOKEN")
-
-    def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        if api_token is None:
-            return
-        given = creds.credentials.encode() if creds is not None else b""
-        if creds is None or not secrets.compare_digest(given, api_token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
     def ready() -> None:
         reason = controller.ready_reason if not controller.registry.loaded else None
         if reason:
             raise HTTPException(503, f"not ready: {reason}")
 
-    v1 = [Depends(authorize), Depends(ready)]
+    v1 = [Depends(bearer_check(api_token, "TIDEMARK_API_TOKEN")), Depends(ready)]
 
-    # -- errors: always JSON with a message, never a stack trace --------------------------
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
-        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
-        return JSONResponse({"detail": "; ".join(parts) or "invalid request", "errors": errors}, status_code=422)
-
-    @app.exception_handler(HTTPException)
-    async def _http(_req: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(planning.PlanRejected)
-    async def _plan(_req: Request, exc: planning.PlanRejected) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "kind": exc.kind}, status_code=422)
-
-    @app.exception_handler(TopicRuleViolation)
-    async def _topic(_req: Request, exc: TopicRuleViolation) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "kind": "TopicRuleViolation"}, status_code=422)
-
-    # errors that are the caller's or a dependency's, never a 5xx with a stack trace; a
-    # delta join's tables that could not be registered with the index service leave the
-    # pipeline unregistered (502: that service is unusable, unreachable or refuses our token);
-    # a registration past a limit is 409: the registry's state, not the request, is in the way
-    statuses = {NotFound: 404, Conflict: 409, LimitExceeded: 409, RegistryUnavailable: 503, IndexUnavailable: 502,
-                IndexConflict: 409}
-
-    async def _by_status(_req: Request, exc: Exception) -> JSONResponse:
-        status = next(statuses[t] for t in type(exc).__mro__ if t in statuses)  # subclasses too
-        return JSONResponse({"detail": str(exc)}, status_code=status)
-
-    for error_type in statuses:
-        app.add_exception_handler(error_type, _by_status)
-
-    @app.exception_handler(IndexRejected)
-    async def _index_rejected(_req: Request, exc: IndexRejected) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "kind": "IndexRejected"}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def _crash(_req: Request, exc: Exception) -> JSONResponse:
-        log.error("unhandled error", exc_info=exc)
-        return JSONResponse({"detail": "internal error; see the control service log"}, status_code=500)
+    _answer_errors_as_json(app)
 
     # -- pipelines --------------------------------------------------------------------------
 

@@ -86,8 +86,7 @@ def control(
     from tidemark.control.app import create_app
     from tidemark.control.controller import Controller, StateDirInUse
     from tidemark.control.settings import ControlSettings
-    from tidemark.kafka.config import KafkaConfigError, use_config_file
-    from tidemark.service_cli import bearer_token
+    from tidemark.service_cli import bearer_token, use_kafka_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
@@ -98,11 +97,7 @@ def control(
     if index_url is None and master and not master.startswith("local"):
         log.warning("--master without --index-url: delta-join pipelines get an index service on this "
                     "machine's loopback, which executors on other machines cannot reach")
-    try:
-        use_config_file(str(kafka_config) if kafka_config else None)  # inherited by the jobs it starts
-    except KafkaConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    use_kafka_config(kafka_config)
     registry_copy = _registry_copy(state_dir.resolve() / "registry.json")
     with _broker(bootstrap_servers) as (servers, embedded):
         settings = ControlSettings(bootstrap_servers=servers, state_dir=state_dir.resolve(), api_token=token,

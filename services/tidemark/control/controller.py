@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.control import planning, topic_rules, upgrade
 from tidemark.control.indexes import IndexBinding, IndexRegistrar
 from tidemark.control.registry_kafka import KafkaRegistry, RegistryUnavailable
-from tidemark.control.registry_log import LEASE_PREFIX, Lease, LeaseRecord, PipelineRecord
+from tidemark.control.registry_log import LEASE_PREFIX, Lease, LeaseRecord, PipelineRecord, RegistryState
 from tidemark.control.registry_signing import signing_key
 from tidemark.control.registry_snapshot import RegistrySnapshot, orphaned_checkpoints
 from tidemark.control.settings import ControlSettings
@@ -38,6 +38,8 @@ from tidemark.control.status_channel import JobProgress
 from tidemark.control.supervisor import JobSpec, JobSupervisor
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tidemark.engine.pipeline import Pipeline
 
 log = logging.getLogger("tidemark.control.controller")
@@ -418,18 +420,13 @@ class Controller:
     def set_desired(self, name: str, desired: str) -> PipelineRecord:
         """A start always writes a new version, even when already desired running: that is
         how the owner learns to start again a job that failed or finished."""
-        for _ in range(5):
-            cur = self.get(name)
+
+        def change(cur: PipelineRecord) -> PipelineRecord | None:
             if cur.desired == desired == "stopped":
-                return cur
-            rec = replace(cur, desired=desired, version=cur.version + 1, request_id=self.registry.new_request_id(),
-                          updated_at=time.time(), ever_started=cur.ever_started or desired == "running")
-            offset = self.registry.write(name, rec.to_value())
-            if self.registry.outcome(rec.request_id):
-                self._persist()
-                return rec
-            self._repair(name, offset)
-        raise Conflict(f"pipeline '{name}' is being changed by another request; try again")
+                return None
+            return replace(cur, desired=desired, ever_started=cur.ever_started or desired == "running")
+
+        return self._rewrite(name, change)
 
     def update(self, name: str, sql: str, options: dict[str, Any], fresh_start: bool) -> PipelineRecord:
         """Change a pipeline's SQL and options (``upgrade``). A change its state cannot serve is
@@ -444,12 +441,24 @@ class Controller:
         self._check_limits(len(others) + 1, sql_bytes - len(cur.sql.encode()) + len(sql.encode()))
         self._check_upgrade(cur, pipeline, fresh_start)  # refused: nothing registered anywhere
         self.indexes.ensure(name, pipeline)
+
+        def change(cur: PipelineRecord) -> PipelineRecord:
+            self._check_upgrade(cur, pipeline, fresh_start)
+            return replace(cur, sql=sql, options=options, uid=uuid.uuid4().hex if fresh_start else cur.uid)
+
+        return self._rewrite(name, change)
+
+    def _rewrite(self, name: str, change: Callable[[PipelineRecord], PipelineRecord | None]) -> PipelineRecord:
+        """Write ``change(current record)`` as the next version (``None``: nothing to write).
+        Writes race through the registry topic; the loser repairs and retries on the winner's
+        record, so a change is never applied on top of a version it did not see."""
         for _ in range(5):
             cur = self.get(name)
-            self._check_upgrade(cur, pipeline, fresh_start)
-            rec = replace(cur, sql=sql, options=options, version=cur.version + 1,
-                          uid=uuid.uuid4().hex if fresh_start else cur.uid,
-                          request_id=self.registry.new_request_id(), updated_at=time.time())
+            changed = change(cur)
+            if changed is None:
+                return cur
+            rec = replace(changed, version=cur.version + 1, request_id=self.registry.new_request_id(),
+                          updated_at=time.time())
             offset = self.registry.write(name, rec.to_value())
             if self.registry.outcome(rec.request_id):
                 self._persist()
@@ -496,7 +505,7 @@ class Controller:
         status; and the name to continue after (None on the last page)."""
         now = time.time()
 
-        def view(s) -> tuple[list, bool]:
+        def view(s: RegistryState) -> tuple[list, bool]:
             names = sorted(n for n in s.pipelines if after is None or n > after)
             return ([(s.pipelines[n], s.lease_holder(n, now), s.leases.get(n)) for n in names[:limit]],
                     len(names) > limit)

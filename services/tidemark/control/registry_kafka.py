@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -31,6 +32,8 @@ from tidemark.control.registry_signing import SigningKey
 from tidemark.kafka.config import client_config
 
 log = logging.getLogger("tidemark.control.registry")
+
+T = TypeVar("T")
 
 
 class RegistryUnavailable(Exception):
@@ -191,7 +194,7 @@ class KafkaRegistry:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self, fn):
+    def read(self, fn: Callable[[RegistryState], T]) -> T:
         """Run ``fn(state)`` under the registry lock (the tail thread mutates the state)."""
         with self._cond:
             return fn(self.state)

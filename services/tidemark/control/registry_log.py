@@ -146,9 +146,6 @@ class Lease:
     status: dict[str, Any]
     request_id: str
 
-    def held_by(self, owner: str, now: float) -> bool:
-        return not self.released and self.owner == owner and now < self.expires_at
-
 
 @dataclass
 class RegistryState:

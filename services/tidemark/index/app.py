@@ -25,7 +25,6 @@ once), leaving the other threads to the lookups that need no wait.
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -35,13 +34,13 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from tidemark.control.api_support import bearer_check, validation_detail
 from tidemark.control.json_body import StrictJsonRoute
 from tidemark.control.middleware import BodySizeLimit
 from tidemark.engine.catalog import TableDef
@@ -52,7 +51,6 @@ from tidemark.index_client import MAX_LOOKUP_KEYS
 from tidemark.index_client.store import PRIMARY, AsOfUnavailable
 from tidemark.index.feed import TableFeed
 from tidemark.version import tidemark_version
-
 
 
 class TableRegistration(BaseModel):
@@ -166,6 +164,42 @@ def describe(feed: TableFeed) -> dict[str, Any]:
         }
 
 
+class _TableCollector:
+    """Per-table gauges, read from the feeds at scrape time."""
+
+    def __init__(self, service: IndexService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rows = GaugeMetricFamily("tidemark_index_rows", "Current rows per table", labels=["table"])
+        hist = GaugeMetricFamily("tidemark_index_history_versions", "Versions kept for as-of lookups", labels=["table"])
+        applied = GaugeMetricFamily("tidemark_index_applied_offset", "Next offset to apply", labels=["table", "partition"])
+        ready = GaugeMetricFamily("tidemark_index_ready", "1 once the initial load caught up", labels=["table"])
+        for name, feed in sorted(self.service.feeds.items()):
+            d = describe(feed)
+            rows.add_metric([name], d["rows"])
+            hist.add_metric([name], d["history_versions"])
+            ready.add_metric([name], 1 if d["ready"] else 0)
+            for p, off in sorted(d["applied_offsets"].items()):
+                applied.add_metric([name, str(p)], off)
+        yield from (rows, hist, applied, ready)
+
+
+class LookupMetrics:
+    """The service's Prometheus registry: lookup counters and latency, and the tables' gauges."""
+
+    def __init__(self, service: IndexService) -> None:
+        self.registry = CollectorRegistry()
+        self.lookups = Counter("tidemark_index_lookups", "Lookup requests", ["table", "outcome"], registry=self.registry)
+        self.keys = Counter("tidemark_index_lookup_keys", "Keys looked up", ["table"], registry=self.registry)
+        self.latency = Histogram("tidemark_index_lookup_seconds", "Lookup latency (including fence waits)", ["table"],
+                                 registry=self.registry,
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
+        self.waiting = Gauge("tidemark_index_waiting_lookups", "Lookups waiting for their offsets now",
+                             registry=self.registry)
+        self.registry.register(_TableCollector(service))
+
+
 def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: int = 4 * 1024 * 1024) -> FastAPI:
     """``api_token=None`` means ``--insecure-dev``: no endpoint needs a token."""
 
@@ -180,43 +214,10 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
                   description="Delta-join lookup index over source topics.")
     app.router.route_class = StrictJsonRoute  # NaN, Infinity, lone surrogates: 422, never a 500
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
-    registry = CollectorRegistry()
-    lookups = Counter("tidemark_index_lookups", "Lookup requests", ["table", "outcome"], registry=registry)
-    lookup_keys = Counter("tidemark_index_lookup_keys", "Keys looked up", ["table"], registry=registry)
-    latency = Histogram("tidemark_index_lookup_seconds", "Lookup latency (including fence waits)", ["table"],
-                        registry=registry, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
-    waiting = Gauge("tidemark_index_waiting_lookups", "Lookups waiting for their offsets now", registry=registry)
-
-    class TableCollector:
-        def collect(self):
-            rows = GaugeMetricFamily("tidemark_index_rows", "Current rows per table", labels=["table"])
-            hist = GaugeMetricFamily("tidemark_index_history_versions", "Versions kept for as-of lookups", labels=["table"])
-            applied = GaugeMetricFamily("tidemark_index_applied_offset", "Next offset to apply", labels=["table", "partition"])
-            ready = GaugeMetricFamily("tidemark_index_ready", "1 once the initial load caught up", labels=["table"])
-            for name, feed in sorted(service.feeds.items()):
-                d = describe(feed)
-                rows.add_metric([name], d["rows"])
-                hist.add_metric([name], d["history_versions"])
-                ready.add_metric([name], 1 if d["ready"] else 0)
-                for p, off in sorted(d["applied_offsets"].items()):
-                    applied.add_metric([name, str(p)], off)
-            yield from (rows, hist, applied, ready)
-
-    registry.register(TableCollector())
-    bearer = HTTPBearer(auto_error=False, description="TIDEMARK_INDEX_TOKEN")
-
-    async def authorize(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        """async: a refused request never takes one of the worker threads lookups need."""
-        if api_token is None:
-            return
-        given = creds.credentials.encode() if creds is not None else b""
-        if creds is None or not secrets.compare_digest(given, api_token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
+    m = LookupMetrics(service)
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        msgs = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        return JSONResponse({"detail": "; ".join(msgs)}, status_code=400)
+        return JSONResponse({"detail": validation_detail(exc.errors())}, status_code=400)
 
     @app.exception_handler(TidemarkError)
     async def _tidemark(_req: Request, exc: TidemarkError) -> JSONResponse:
@@ -239,9 +240,9 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
     @app.get("/metrics", response_class=Response, summary="Prometheus text format",
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
-    needs_token = [Depends(authorize)]
+    needs_token = [Depends(bearer_check(api_token, "TIDEMARK_INDEX_TOKEN"))]
 
     @app.post("/v1/tables", status_code=201, dependencies=needs_token, responses=_errors(409))
     def register(reg: TableRegistration) -> dict:
@@ -280,24 +281,24 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
                 raise HTTPException(400, f"keys[{n}]: {exc}") from None
         wait = [o for o in (req.min_offsets, req.as_of) if o and not feed.applied_all(o)]
         timeout_ms = min(req.timeout_ms if req.timeout_ms is not None else service.max_wait_ms, service.max_wait_ms)
-        with latency.labels(req.table).time():
+        with m.latency.labels(req.table).time():
             if wait:
                 try:
-                    with service.wait_slot(req.table), waiting.track_inprogress():
+                    with service.wait_slot(req.table), m.waiting.track_inprogress():
                         for offsets in wait:
                             _wait_for(feed, offsets, timeout_ms)
                 except HTTPException as exc:
-                    lookups.labels(req.table, "timeout" if exc.status_code == 503 else "too_many_waiters").inc()
+                    m.lookups.labels(req.table, "timeout" if exc.status_code == 503 else "too_many_waiters").inc()
                     raise
             with feed.cond:
                 try:
                     found = feed.index.lookup(req.index, keys, req.as_of)
                 except AsOfUnavailable as exc:
-                    lookups.labels(req.table, "as_of_unavailable").inc()
+                    m.lookups.labels(req.table, "as_of_unavailable").inc()
                     raise HTTPException(409, str(exc)) from None
                 applied = dict(feed.index.applied)
-        lookups.labels(req.table, "ok").inc()
-        lookup_keys.labels(req.table).inc(len(keys))
+        m.lookups.labels(req.table, "ok").inc()
+        m.keys.labels(req.table).inc(len(keys))
         col_types = table.types
         rows = [[[to_json_value(t, v) for t, v in zip(col_types, row)] for row, _pos in per_key] for per_key in found]
         return jsonable_encoder({"rows": rows, "applied_offsets": applied})

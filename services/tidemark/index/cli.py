@@ -45,8 +45,7 @@ def index(
     /openapi.json need no token.
     """
     from tidemark.index.app import IndexService, TableRegistration, create_app
-    from tidemark.kafka.config import KafkaConfigError, use_config_file
-    from tidemark.service_cli import bearer_token
+    from tidemark.service_cli import bearer_token, use_kafka_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     token = bearer_token(INDEX_TOKEN_ENV, insecure_dev=insecure_dev, host=host)
@@ -54,11 +53,7 @@ def index(
     if not servers:
         typer.echo("error: give --bootstrap-servers (or set KAFKA_BOOTSTRAP_SERVERS)", err=True)
         raise typer.Exit(2)
-    try:
-        use_config_file(str(kafka_config) if kafka_config else None)
-    except KafkaConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    use_kafka_config(kafka_config)
     service = IndexService(servers, max_wait_ms=max_wait_ms, max_waiters=max_waiters)
     for path in table or []:
         try:

@@ -1,6 +1,7 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q10.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query 10: Log to File System (Not in original suite)
 -- -------------------------------------------------------------------------------------------------
@@ -8,21 +9,6 @@
 --
 -- Every minute, save all events from the last period into partitioned log files.
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE bid (
-    auction  BIGINT,
-    bidder  BIGINT,
-    price  BIGINT,
-    channel  VARCHAR,
-    url  VARCHAR,
-    `dateTime`  TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'bid',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q10 (
   auction  BIGINT,

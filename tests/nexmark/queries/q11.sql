@@ -1,6 +1,7 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q11.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query 11: User Sessions (Not in original suite)
 -- -------------------------------------------------------------------------------------------------
@@ -9,21 +10,6 @@
 -- Group bids by the same user into sessions with max session gap.
 -- Emit the number of bids per session.
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE bid (
-    auction  BIGINT,
-    bidder  BIGINT,
-    price  BIGINT,
-    channel  VARCHAR,
-    url  VARCHAR,
-    `dateTime`  TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'bid',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q11 (
   bidder BIGINT,

@@ -1,6 +1,7 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q2.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query2: Selection
 -- -------------------------------------------------------------------------------------------------
@@ -15,21 +16,6 @@
 -- However, that query will only yield a few hundred results over event streams of arbitrary size.
 -- To make it more interesting we instead choose bids for every 123'th auction.
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE bid (
-    auction  BIGINT,
-    bidder  BIGINT,
-    price  BIGINT,
-    channel  VARCHAR,
-    url  VARCHAR,
-    `dateTime`  TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'bid',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q2 (
   auction  BIGINT,

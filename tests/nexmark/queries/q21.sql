@@ -1,27 +1,13 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q21.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query 21: Add channel id (Not in original suite)
 -- -------------------------------------------------------------------------------------------------
 -- Add a channel_id column to the bid table.
 -- Illustrates a 'CASE WHEN' + 'REGEXP_EXTRACT' SQL.
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE bid (
-    auction  BIGINT,
-    bidder  BIGINT,
-    price  BIGINT,
-    channel  VARCHAR,
-    url  VARCHAR,
-    `dateTime`  TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'bid',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q21 (
     auction  BIGINT,

@@ -1,46 +1,13 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q3.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query 3: Local Item Suggestion
 -- -------------------------------------------------------------------------------------------------
 -- Who is selling in OR, ID or CA in category 10, and for what auction ids?
 -- Illustrates an incremental join (using per-key state and timer) and filter.
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE person (
-    id  BIGINT,
-    name  VARCHAR,
-    emailAddress  VARCHAR,
-    creditCard  VARCHAR,
-    city  VARCHAR,
-    state  VARCHAR,
-    `dateTime` TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'person',
-    'format' = 'json'
-);
-
-CREATE TABLE auction (
-    id  BIGINT,
-    itemName  VARCHAR,
-    description  VARCHAR,
-    initialBid  BIGINT,
-    reserve  BIGINT,
-    `dateTime`  TIMESTAMP(3),
-    expires  TIMESTAMP(3),
-    seller  BIGINT,
-    category  BIGINT,
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'auction',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q3 (
   name  VARCHAR,

@@ -1,45 +1,13 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q4.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query 4: Average Price for a Category
 -- -------------------------------------------------------------------------------------------------
 -- Select the average of the wining bid prices for all auctions in each category.
 -- Illustrates complex join and aggregation.
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE auction (
-    id  BIGINT,
-    itemName  VARCHAR,
-    description  VARCHAR,
-    initialBid  BIGINT,
-    reserve  BIGINT,
-    `dateTime`  TIMESTAMP(3),
-    expires  TIMESTAMP(3),
-    seller  BIGINT,
-    category  BIGINT,
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'auction',
-    'format' = 'json'
-);
-
-CREATE TABLE bid (
-    auction  BIGINT,
-    bidder  BIGINT,
-    price  BIGINT,
-    channel  VARCHAR,
-    url  VARCHAR,
-    `dateTime`  TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'bid',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q4 (
   id BIGINT,

@@ -1,6 +1,7 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q7.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query 7: Highest Bid
 -- -------------------------------------------------------------------------------------------------
@@ -10,21 +11,6 @@
 -- The original Nexmark Query7 calculate the highest bids in the last minute.
 -- We will use a shorter window (10 seconds) to help make testing easier.
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE bid (
-    auction  BIGINT,
-    bidder  BIGINT,
-    price  BIGINT,
-    channel  VARCHAR,
-    url  VARCHAR,
-    `dateTime`  TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'bid',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q7 (
   auction  BIGINT,

@@ -1,6 +1,7 @@
 -- Adapted from Nexmark (https://github.com/nexmark/nexmark, commit 6b3646c3baec,
 -- nexmark-flink/src/main/resources/queries/q8.sql), licensed under the Apache License 2.0.
--- Adaptations (see README.md in this folder): sources on Kafka topics, Kafka sink.
+-- Adaptations (see README.md in this folder): sources on Kafka topics, declared once in
+-- sources.sql (run with --init sources.sql), Kafka sink.
 -- -------------------------------------------------------------------------------------------------
 -- Query 8: Monitor New Users
 -- -------------------------------------------------------------------------------------------------
@@ -10,40 +11,6 @@
 -- The original Nexmark Query8 monitors the new users the last 12 hours, updated every 12 hours.
 -- To make things a bit more dynamic and easier to test we use much shorter windows (10 seconds).
 -- -------------------------------------------------------------------------------------------------
-
-CREATE TABLE person (
-    id  BIGINT,
-    name  VARCHAR,
-    emailAddress  VARCHAR,
-    creditCard  VARCHAR,
-    city  VARCHAR,
-    state  VARCHAR,
-    `dateTime` TIMESTAMP(3),
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'person',
-    'format' = 'json'
-);
-
-CREATE TABLE auction (
-    id  BIGINT,
-    itemName  VARCHAR,
-    description  VARCHAR,
-    initialBid  BIGINT,
-    reserve  BIGINT,
-    `dateTime`  TIMESTAMP(3),
-    expires  TIMESTAMP(3),
-    seller  BIGINT,
-    category  BIGINT,
-    extra  VARCHAR,
-    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
-) WITH (
-    'connector' = 'kafka',
-    'topic' = 'auction',
-    'format' = 'json'
-);
 
 CREATE TABLE nexmark_q8 (
   id  BIGINT,
