@@ -147,3 +147,16 @@ def test_last_value_retraction_removes_the_earliest_copy_of_a_value():
         c("-U", "g", "y", pos=2),
         c("+U", "g", "x", pos=2),
     ]
+
+
+def test_a_new_group_carries_the_position_of_its_last_changing_row():
+    """Flink emits an aggregate's row at each record that changes it; a record that leaves it
+    as it is (a DISTINCT group's second row, a MAX under the maximum) emits nothing. So a
+    group new in this batch reaches the sink at its last changing record, not at the batch's
+    greatest position (which decides NOTHING's first row and DEDUPLICATE's latest row)."""
+    distinct = Harness(GroupAggregate(group_by=(0, 1), aggs=[]))
+    out = distinct.run([c("+I", "c2", "eu", pos=9), c("+I", "c2", "eu", pos=11), c("-U", "c2", "eu", pos=12),
+                        c("+U", "c2", "eu", pos=13)])
+    assert out == [c("+I", "c2", "eu", pos=9)]
+    maximum = harness([AggCall("MAX", 1)])
+    assert maximum.run([c("+I", "g", 7, pos=1), c("+I", "g", 3, pos=2)]) == [c("+I", "g", 7, pos=1)]

@@ -239,8 +239,10 @@ class GroupAggregate:
             net[c.row] += c.weight
         pos = max(c.pos for c in changes)
         old = self._output(key, state) if state is not None else None
-        # Only a batch of several changes can change the output and change it back.
-        before = copy.deepcopy(state) if state is not None and len(changes) > 1 else None
+        # Only a batch of several changes can change the output and change it back, or hold
+        # changes that leave the output as it is (a new group's later rows under DISTINCT).
+        several = len(changes) > 1
+        before = copy.deepcopy(state) if state is not None and several else None
         st = state if state is not None else GroupState(self.aggs)
 
         delta_rows = sum(net.values())
@@ -252,7 +254,7 @@ class GroupAggregate:
 
         self._feed(st, net, changes)
         new = self._output(key, st)
-        if before is None:
+        if not several:
             return st, diff_to_changes(old, new, pos)
         # Several changes: Flink emits at each record that changes the output, so what
         # reaches the sink carries the position of the LAST changing record (not the
