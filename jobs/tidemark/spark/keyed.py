@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine import state_codec
+from tidemark.engine.driver import PerKeyAdapter
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
 
@@ -276,10 +277,10 @@ class _BucketRunner:
     state at most once, encode what it emits. Shared by both Spark operators so they differ
     only in how state and rows reach Python.
 
-    The stored value is ``pickle({key bytes: state})`` (a ``Bucket``'s ``states``, grouped
-    by the encoded key Spark shuffled on); for a stage with timers it is ``{key bytes:
-    (key, state)}``: a due key is called without changes, so its key tuple cannot come
-    from ``key_of``.
+    The stored value is written by ``tidemark.engine.state_codec``; for a stage still on the
+    pickled format it holds a ``Bucket``'s ``states``, grouped by the encoded key Spark
+    shuffled on (``{key bytes: (key, state)}`` for a stage with timers: a due key is called
+    without changes, so its key tuple cannot come from ``key_of``).
     """
 
     def __init__(
@@ -308,7 +309,7 @@ class _BucketRunner:
         for key_bytes, inp, kind, row, pos in rows:
             changes[inp].append(Change(kind, pickle.loads(row), tuple(pos)))
             groups[inp].append(key_bytes)
-        bucket = Bucket.load(self.stage, pickle.loads(stored) if stored is not None else {})
+        bucket = state_codec.decode_state(self.stage, stored)
         old_wakeup = bucket.next_wakeup()
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
         inputs = [ChangeBatch(changes=cs, groups=gs) for cs, gs in zip(changes, groups)]
@@ -320,7 +321,7 @@ class _BucketRunner:
             if not emitted:
                 break
             emitted = after.process(emitted)
-        new_stored = pickle.dumps(bucket.states, _PICKLE_PROTOCOL) if bucket.states else None
+        new_stored = state_codec.encode_state(self.stage, bucket)
         return _Result(new_stored, self._encode(emitted), old_wakeup, bucket.next_wakeup())
 
     def _encode(self, emitted: list[Change]) -> list[tuple]:
