@@ -170,7 +170,10 @@ def run_tidemark(sql: str, data: Data) -> list[list[list]]:
             if e.table in inputs:
                 inputs[e.table].append(Change("+I", parse_row(pipeline.sources[e.table], "+I", e.row), (seq,)))
             seq += 1
-        for c in host.run_batch(inputs, now_ms=b):
+        changes = host.run_batch(inputs, now_ms=b)
+        if b == data.n_batches - 1:  # end of input: the windows still open fire, as in Flink
+            changes += host.finish(now_ms=b)
+        for c in changes:
             multiset[c.row] += c.weight
         if keyed:
             steps.append(canon(host.table().values()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from tidemark.engine.errors import PlanError
 from tidemark.engine.options import APPEND_FORMATS, RETRACT_FORMATS, UPSERT_FORMATS, format_problem
@@ -23,19 +24,42 @@ class Column:
 
 
 @dataclass(frozen=True)
+class ComputedColumn:
+    """``name AS expr`` in CREATE TABLE: a column computed from the physical ones (``expr``
+    is the sqlglot expression over the table's columns, resolved by the planner)."""
+
+    name: str
+    expr: Any
+
+
+@dataclass(frozen=True)
+class WatermarkDef:
+    """``WATERMARK FOR column AS column - INTERVAL ...``: the event-time column and how far
+    behind the greatest event time seen the watermark trails (0: strictly ascending)."""
+
+    column: str
+    delay_ms: int
+
+
+@dataclass(frozen=True)
 class TableDef:
     """A declared table. ``primary_key`` holds column names in declaration order of the
-    PRIMARY KEY clause."""
+    PRIMARY KEY clause; ``columns`` are the physical columns a source record carries."""
 
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
     options: dict[str, str] = field(default_factory=dict)
+    #: computed columns follow the physical ``columns`` in the table's schema; sources
+    #: carry only the physical ones
+    computed: tuple[ComputedColumn, ...] = ()
+    watermark: WatermarkDef | None = None
 
     def __post_init__(self) -> None:
         # accept lists from callers; keep the dataclass hash-free but tuple-valued
         object.__setattr__(self, "columns", tuple(self.columns))
         object.__setattr__(self, "primary_key", tuple(self.primary_key))
+        object.__setattr__(self, "computed", tuple(self.computed))
 
     @property
     def column_names(self) -> list[str]:

@@ -35,6 +35,11 @@ class Pipeline:
         return {n.table: n for n in self.nodes if n.kind == "source"}
 
     @property
+    def watermark_delays(self) -> dict[str, int]:
+        """Source table -> its watermark delay (ms), for the sources that declare WATERMARK."""
+        return {name: t.watermark.delay_ms for name, t in self.sources.items() if t.watermark is not None}
+
+    @property
     def stage_nodes(self) -> list[Node]:
         """Nodes that carry a runtime stage, in topological order."""
         return [n for n in self.nodes if n.stage is not None]

@@ -20,6 +20,9 @@ another ``clock`` -- so ``tidemark replay`` runs in processing time like the Spa
 Tests pass ``now_ms`` to drive time exactly. After a keyed stage has processed the keys of
 a batch, keys without records whose ``wakeup_ms(state) <= now_ms`` are processed with no
 records (a ``full-compaction`` barrier reaching a key that saw no new records).
+
+Event time: the host keeps each source's watermark (``tidemark.engine.event_time``) and
+gives every batch the watermarks before and after its records; ``finish()`` ends the input.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change, canonical_sorted
 from tidemark.engine.driver import BatchStage, Bucket, batch_stage
 from tidemark.engine.errors import InputError
+from tidemark.engine.event_time import Watermarks
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import BatchContext, uses_timers
+from tidemark.engine.state_codec import empty_state
 
 
 def _pk_of(row: tuple, pk: Sequence[int]) -> tuple:
@@ -85,7 +90,8 @@ class ReplayHost:
         self.pipeline = pipeline
         self.clock = clock or wall_clock_ms
         self._stages: dict[int, BatchStage] = {n.id: batch_stage(n.stage) for n in pipeline.nodes if _is_keyed(n.stage)}
-        self._buckets: dict[int, Bucket] = {node_id: Bucket() for node_id in self._stages}
+        self._buckets: dict[int, Any] = {n.id: empty_state(n.stage) for n in pipeline.nodes if n.id in self._stages}
+        self.watermarks = Watermarks(pipeline.watermark_delays)
         self._timed = {n.id: uses_timers(n.stage) for n in pipeline.nodes if n.id in self._stages}
         self.metrics: Counter = Counter()
         self._table: dict[tuple, tuple] = {}
@@ -95,7 +101,7 @@ class ReplayHost:
     @property
     def state(self) -> dict[int, dict[tuple, Any]]:
         """node id -> key -> that key's state (``(key, state)`` for stages with timers)."""
-        return {node_id: b.states for node_id, b in self._buckets.items()}
+        return {node_id: b.states for node_id, b in self._buckets.items() if isinstance(b, Bucket)}
 
     @property
     def timers(self) -> dict[int, dict[tuple, int]]:
@@ -115,7 +121,8 @@ class ReplayHost:
                     f"input '{name}'",
                     f"the pipeline reads no table of that name (it reads: {', '.join(sorted(sources)) or 'nothing'})",
                 )
-        ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=Counter())
+        ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=Counter(),
+                           previous_watermarks=self.watermarks.current(), watermarks=self.watermarks.current())
         outputs: dict[int, list[Change]] = {}
         sink_changes: list[Change] = []
         for node in self.pipeline.nodes:
@@ -132,11 +139,22 @@ class ReplayHost:
                 outputs[node.id] = out.changes()
             else:
                 outputs[node.id] = node.stage.process(outputs[node.inputs[0]])
+            event_time = node.detail.get("event_time")
+            if event_time is not None:  # the node that carries a source's event-time column
+                table, column = event_time
+                self.watermarks.advance(table, (c.row[column] for c in outputs[node.id]))
+                ctx.watermarks = self.watermarks.current()
         apply_to_table(self._table, sink_changes, self._sink_pk, ctx.metrics)
         ctx.metrics["sink_changes"] += len(sink_changes)
         self.metrics.update(ctx.metrics)
         self.batch_id += 1
         return sink_changes
+
+    def finish(self, now_ms: int | None = None) -> list[Change]:
+        """End of input: one last batch without records at watermark ``END_OF_INPUT``, as
+        Flink ends a bounded source, so every window still open fires."""
+        self.watermarks.ended = True
+        return self.run_batch({}, now_ms)
 
     def table(self) -> dict[tuple, tuple]:
         """The materialized sink table: sink PK tuple -> row (whole row when no PK)."""
@@ -152,4 +170,4 @@ def _sort_key(key: tuple) -> tuple:
 
 
 def _is_keyed(stage: Any) -> bool:
-    return stage is not None and hasattr(stage, "process_key")
+    return stage is not None and (hasattr(stage, "process_key") or hasattr(stage, "batch_kernel"))

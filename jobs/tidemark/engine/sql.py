@@ -19,7 +19,7 @@ from sqlglot.tokens import Tokenizer, TokenType
 
 from tidemark.engine import limits
 from tidemark.engine import options as options_check
-from tidemark.engine.catalog import Column, TableDef
+from tidemark.engine.catalog import Column, ComputedColumn, TableDef
 from tidemark.engine.errors import PlanError, SqlError
 from tidemark.engine.expressions import DateFormat, SplitIndex
 from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, map_of, row_of
@@ -27,9 +27,13 @@ from tidemark.engine.types import ALIASES, KNOWN, SqlType, array_of, make_type, 
 ON_CONFLICT_ACTIONS = ("NOTHING", "ERROR", "DEDUPLICATE")
 
 
+#: the window functions of Flink SQL: as table functions over ``TABLE t`` or, legacy, in GROUP BY
+WINDOW_FUNCTIONS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
+
+
 class TidemarkParser(Parser):
-    """sqlglot's ANSI parser plus Flink's ``WATERMARK FOR col AS expr`` schema entry (parsed
-    only so that it can be refused by name) and the FLIP's ``ON CONFLICT DO NOTHING | DO ERROR | DO DEDUPLICATE`` actions (``DO UPDATE``
+    """sqlglot's ANSI parser plus Flink's ``WATERMARK FOR col AS expr`` schema entry, the
+    window table functions' arguments (``TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL ...)``) and the FLIP's ``ON CONFLICT DO NOTHING | DO ERROR | DO DEDUPLICATE`` actions (``DO UPDATE``
     is parsed only so that it can be rejected with a clear message)."""
 
     CONFLICT_ACTIONS = {"DO": ("NOTHING", "ERROR", "DEDUPLICATE", "UPDATE")}
@@ -52,6 +56,38 @@ class TidemarkParser(Parser):
         "DATE_FORMAT": DateFormat.from_arg_list,
         "REGEXP_EXTRACT": lambda args: _regexp_extract(args),
     }
+
+    FUNCTION_PARSERS = {
+        **Parser.FUNCTION_PARSERS,
+        **{name: (lambda self, n=name: self._parse_window_function(n)) for name in WINDOW_FUNCTIONS},
+    }
+
+    def _parse_window_function(self, name: str) -> exp.Expr:
+        """A window function's arguments, where the first may be ``TABLE t`` (a window
+        table function) rather than a column (the legacy ``GROUP BY TUMBLE(ts, ...)``)."""
+        args: list[exp.Expr] = []
+        table_arg = False
+        while True:
+            if not args and self._match(TokenType.TABLE):
+                table_arg = True
+                args.append(self.expression(exp.Table(this=self._parse_id_var())))
+            else:
+                args.append(self._parse_assignment())
+            if not self._match(TokenType.COMMA):
+                break
+        return self.expression(WindowCall(this=exp.Var(this=name), expressions=args, table_arg=table_arg))
+
+
+class WindowCall(exp.Expression, exp.Func):
+    """``TUMBLE(...)``, ``HOP(...)``, ``CUMULATE(...)`` or ``SESSION(...)`` as written; the
+    planner decides what it means where it stands (``tidemark.engine.planner.window``)."""
+
+    arg_types = {"this": True, "expressions": True, "table_arg": False}
+    _sql_names = ["WINDOW_CALL"]
+
+    @property
+    def function(self) -> str:
+        return self.this.name
 
 
 def _regexp_extract(args: list) -> exp.RegexpExtract:
@@ -398,12 +434,18 @@ def _table_def(stmt: exp.Create) -> TableDef:
     declared: set[str] = set()
     pk: list[str] = []
     pk_node: exp.Expr | None = None
+    computed: list[ComputedColumn] = []
+    watermark: exp.WatermarkColumnConstraint | None = None
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             col_name = item.name
             if col_name.lower() in declared:
                 raise sql_error(f"table '{name}': column '{col_name}' is declared twice", item)
             declared.add(col_name.lower())
+            computed_expr = _computed_expression(item)
+            if computed_expr is not None:
+                computed.append(ComputedColumn(col_name, computed_expr))
+                continue
             kind_node = item.args.get("kind")
             if kind_node is None:
                 raise sql_error(f"table '{name}': column '{col_name}' has no type", item)
@@ -426,11 +468,9 @@ def _table_def(stmt: exp.Create) -> TableDef:
             pk = [e.name for e in item.expressions]
             pk_node = item
         elif isinstance(item, exp.WatermarkColumnConstraint):
-            raise sql_error(
-                f"table '{name}': WATERMARK is not supported yet (event time and watermarks are not "
-                "implemented; Tidemark would ignore it, so it is refused)",
-                item,
-            )
+            if watermark is not None:
+                raise sql_error(f"table '{name}' declares more than one WATERMARK", item)
+            watermark = item
         else:
             raise sql_error(f"table '{name}': {describe(item)} is not supported in CREATE TABLE", item)
     if not columns:
@@ -442,7 +482,23 @@ def _table_def(stmt: exp.Create) -> TableDef:
     # canonical spelling of PK names = the column's declared spelling
     pk = [spelled[k.lower()] for k in pk]
     options = _with_options(stmt, name)
-    return TableDef(name, tuple(columns), tuple(pk), options)
+    wm = None
+    if watermark is not None:
+        from tidemark.engine.event_time import watermark_def
+
+        wm = watermark_def(name, watermark, [c.name for c in columns] + [c.name for c in computed])
+    return TableDef(name, tuple(columns), tuple(pk), options, tuple(computed), wm)
+
+
+def _computed_expression(item: exp.ColumnDef) -> exp.Expr | None:
+    """``name AS expr`` (a computed column): its expression; None for a physical column.
+    Flink's ``VIRTUAL`` / ``PERSISTED`` metadata forms are not computed columns."""
+    for constraint in item.constraints:
+        if isinstance(constraint.kind, exp.ComputedColumnConstraint):
+            if item.args.get("kind") is not None or len(item.constraints) > 1 or constraint.kind.args.get("persisted"):
+                raise sql_error(f"computed column '{item.name}': write it as `{item.name} AS expression`", item)
+            return constraint.kind.this
+    return None
 
 
 def _with_options(stmt: exp.Create, table: str) -> dict[str, str]:

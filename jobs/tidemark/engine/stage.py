@@ -42,7 +42,7 @@ class BatchContext:
     """What a host tells a stage about the batch being processed.
 
     ``now_ms`` is processing time (state TTL, ``wakeup_ms`` timers); hosts set it once
-    per batch (the replay host: wall clock unless the caller gives one). ``metrics`` is where stages count
+    per batch, as they set the event-time watermarks (the replay host: wall clock unless the caller gives one). ``metrics`` is where stages count
     events a user wants to see (``conflicts_dropped``, ``retractions_without_state``...);
     the host sums them across keys and batches and exposes them.
     """
@@ -50,6 +50,11 @@ class BatchContext:
     batch_id: int = 0
     now_ms: int = 0
     metrics: Counter = field(default_factory=Counter)
+    #: event time (``tidemark.engine.event_time``): each source table's watermark after this
+    #: batch's records, and before them; a table without WATERMARK, or that has read nothing
+    #: yet, is absent
+    watermarks: dict[str, int] = field(default_factory=dict)
+    previous_watermarks: dict[str, int] = field(default_factory=dict)
 
 
 @runtime_checkable

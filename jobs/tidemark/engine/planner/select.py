@@ -189,7 +189,8 @@ class SelectPlanner(PlanGraph):
                 raise sql_error(f"unknown table '{item.name}' (declare it with CREATE TABLE)", item)
             node_id = self.source(table)
             alias = item.alias or table.name
-            scope.add(alias, table.column_names, table.types, item)
+            n = self.node(node_id)  # the table's columns, computed ones included
+            scope.add(alias, n.columns, n.types, item)
             return node_id
         if isinstance(item, exp.Subquery):
             node_id = self.query(item.this)

@@ -1,0 +1,205 @@
+"""Event time in plans: a table's computed columns and watermark, the window table functions
+(``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL ...))``, HOP, CUMULATE) and window
+aggregation over them.
+
+A window aggregate is planned as a group aggregate first (the same group expressions,
+calls, HAVING and SELECT over its output), then its stage becomes a ``WindowAggregate`` when
+the GROUP BY holds the window's ``window_start`` and ``window_end``: Flink's rule, and its
+output is then insert-only. A window table function read any other way, SESSION windows and
+the legacy ``GROUP BY TUMBLE(ts, ...)`` group windows are refused by name.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from tidemark.engine.catalog import TableDef
+from tidemark.engine.errors import PlanError
+from tidemark.engine.expressions import col_index, col_ref
+from tidemark.engine.intervals import interval_ms
+from tidemark.engine.planner.graph import PlanGraph
+from tidemark.engine.planner.scope import Scope
+from tidemark.engine.sql import WindowCall, describe, sql_error
+from tidemark.engine.types import make_type
+
+WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
+_TIMESTAMP = make_type("TIMESTAMP", (3,))
+
+
+class WindowPlanner(PlanGraph):
+    """Computed columns, watermarks and windows; the other builders come after it in
+    ``Planner``'s bases, reached through ``super()``."""
+
+    def source(self, table: TableDef) -> int:
+        """The table's rows as queries see them: physical columns, then computed ones; the
+        node that has the event-time column says so (``detail['event_time']``) for hosts."""
+        done = getattr(self, "_event_time_sources", None)
+        if done is None:
+            done = self._event_time_sources = {}
+        if table.name in done:
+            return done[table.name]
+        node_id = super().source(table)  # type: ignore[misc]
+        if table.computed:
+            scope = Scope()
+            scope.add(table.name, table.column_names, table.types, None)
+            width = len(table.columns)
+            projections = [col_ref(i) for i in range(width)]
+            projections += [self.resolve(c.expr, scope) for c in table.computed]  # type: ignore[attr-defined]
+            names = table.column_names + [c.name for c in table.computed]
+            node_id = self.calc(node_id, projections, None, names, purpose="computed columns")
+            self.node(node_id).detail["composable"] = False  # queries' calcs must not fold it away
+        node = self.node(node_id)
+        if table.watermark is not None:
+            column = next(i for i, c in enumerate(node.columns) if c.lower() == table.watermark.column.lower())
+            if node.types[column] is None or node.types[column].name != "TIMESTAMP":
+                raise PlanError(
+                    f"table '{table.name}': WATERMARK FOR {table.watermark.column}: the column is "
+                    f"{node.types[column] or 'of unknown type'}, a watermark needs a TIMESTAMP column"
+                )
+            node.detail["event_time"] = (table.name, column)
+        done[table.name] = node_id
+        return node_id
+
+    # ------------------------------------------------------------------ FROM TABLE(...)
+
+    def relation(self, item: exp.Expr, scope: Scope) -> int:
+        fn = item.this if isinstance(item, exp.Table) else None
+        if isinstance(fn, exp.Anonymous) and fn.name.upper() == "TABLE":
+            calls = fn.expressions
+            if len(calls) == 1 and isinstance(calls[0], WindowCall) and calls[0].args.get("table_arg"):
+                return self.window_function(calls[0], item, scope)
+            raise sql_error(f"table function {describe(item)} is not supported", item)
+        return super().relation(item, scope)  # type: ignore[misc]
+
+    def window_function(self, call: WindowCall, item: exp.Expr, scope: Scope) -> int:
+        from tidemark.engine.stages.window_tvf import KINDS, WindowAssign, WindowSpec
+
+        kind = call.function
+        if kind not in KINDS:
+            raise sql_error(f"{kind} windows are not supported yet (TUMBLE, HOP and CUMULATE are)", call)
+        args = call.expressions
+        sizes = {"TUMBLE": 1, "HOP": 2, "CUMULATE": 2}[kind]
+        if len(args) != 2 + sizes:
+            shape = {"TUMBLE": "size", "HOP": "slide, size", "CUMULATE": "step, size"}[kind]
+            raise sql_error(
+                f"{kind}(TABLE t, DESCRIPTOR(time column), {shape}) takes {2 + sizes} arguments, not {len(args)}"
+                + (" (a window offset is not supported)" if len(args) > 2 + sizes else ""),
+                call,
+            )
+        inner = Scope()
+        input_id = super().relation(args[0], inner)  # type: ignore[misc]
+        descriptor = args[1]
+        if not (isinstance(descriptor, exp.Anonymous) and descriptor.name.upper() == "DESCRIPTOR"
+                and len(descriptor.expressions) == 1 and isinstance(descriptor.expressions[0], exp.Column)):
+            raise sql_error(f"{kind}: the second argument must be DESCRIPTOR(time column), not {describe(descriptor)}", descriptor)
+        time_index = inner.resolve(descriptor.expressions[0])
+        inp = self.node(input_id)
+        sources = self.event_time_sources(input_id)
+        if not sources:
+            raise sql_error(
+                f"{kind}: '{descriptor.expressions[0].name}' is not an event-time column: declare "
+                "WATERMARK FOR it on its table (processing-time windows are not supported yet)",
+                descriptor,
+            )
+        if inp.types[time_index] is None or inp.types[time_index].name != "TIMESTAMP":
+            raise sql_error(f"{kind}: the time column '{inp.columns[time_index]}' must be a TIMESTAMP", descriptor)
+        lengths = [interval_ms(a, f"{kind} window") for a in args[2:]]
+        size, step = lengths[-1], lengths[0]
+        if step <= 0 or size % step:
+            raise sql_error(f"{kind}: the window size must be a positive multiple of the {'slide' if kind == 'HOP' else 'step'}", call)
+        name = self._stage_name("window")
+        node = self._add(
+            "window", name, [input_id], inp.columns + list(WINDOW_COLUMNS), inp.types + [_TIMESTAMP] * 3,
+            upsert_keys=frozenset(), changelog_mode=inp.changelog_mode,
+            stage=WindowAssign(WindowSpec(kind, size, step), time_index, name=name),
+            detail={"window": f"{kind}({inp.columns[time_index]}, size {size} ms" + (f", step {step} ms)" if kind != "TUMBLE" else ")"),
+                    "watermark_of": sorted(sources)},
+        )  # fmt: skip
+        self.window_calls()[node.id] = call
+        alias = item.alias or (args[0].alias_or_name if isinstance(args[0], exp.Table) else "")
+        scope.add(alias, node.columns, node.types, item)
+        return node.id
+
+    def window_calls(self) -> dict[int, WindowCall]:
+        """Window nodes planned so far -> the call they came from (for messages)."""
+        calls = getattr(self, "_window_calls", None)
+        if calls is None:
+            calls = self._window_calls = {}
+        return calls
+
+    def event_time_sources(self, node_id: int) -> set[str]:
+        """The source tables with a watermark upstream of ``node_id``."""
+        node = self.node(node_id)
+        own = {node.detail["event_time"][0]} if "event_time" in node.detail else set()
+        return own.union(*(self.event_time_sources(i) for i in node.inputs))
+
+    # ------------------------------------------------------------------ GROUP BY window
+
+    def aggregate(self, sel: exp.Select, scope: Scope, input_id: int, predicate: exp.Expr | None) -> int:
+        group = sel.args.get("group")
+        for legacy in (group.find_all(WindowCall) if group is not None else []):
+            raise sql_error(
+                f"GROUP BY {legacy.function}(...) (a legacy group window) is not supported: use the window "
+                f"table function, FROM TABLE({legacy.function}(TABLE t, DESCRIPTOR(ts), ...)) "
+                "GROUP BY window_start, window_end",
+                legacy,
+            )
+        first_new = len(self.nodes)
+        out_id = super().aggregate(sel, scope, input_id, predicate)  # type: ignore[misc]
+        if self.node(input_id).kind != "window":
+            return out_id
+        agg = next(n for n in self.nodes[first_new:] if n.kind == "aggregate")
+        self._make_window_aggregate(agg, input_id, sel)
+        for n in self.nodes[agg.id + 1:]:
+            n.changelog_mode = "append"
+        return out_id
+
+    def _make_window_aggregate(self, agg, window_id: int, sel: exp.Select) -> None:  # noqa: ANN001
+        from tidemark.engine.stages.window_aggregate import WindowAggregate
+
+        window = self.node(window_id)
+        start, end = window.width - 3, window.width - 2
+        feeder = self.node(agg.inputs[0])
+        if feeder.id == window_id:
+            positions = list(agg.stage.group_by)
+        else:  # the aggregate's input calc: which of its columns are the window's
+            positions = [col_index(feeder.stage.projections[i]) if feeder.stage.projections is not None else i
+                         for i in agg.stage.group_by]
+        if start not in positions or end not in positions:
+            raise sql_error(
+                "GROUP BY over a window table function must hold window_start and window_end "
+                "(a window aggregate); other aggregations of a window table function are not supported",
+                sel.args.get("group") or sel,
+            )
+        upstream = self.node(window.inputs[0])
+        if upstream.changelog_mode != "append":
+            raise sql_error(
+                f"a window aggregate needs an insert-only input, and '{upstream.name}' is a "
+                f"{upstream.changelog_mode} changelog (Flink's rule: window aggregation over updates is not defined)",
+                self.window_calls()[window_id],
+            )
+        end_in_input = agg.stage.group_by[positions.index(end)]
+        agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, end_in_input,
+                                    window.detail["watermark_of"], name=agg.name)
+        agg.kind = "window_aggregate"
+        agg.changelog_mode = "append"
+        agg.detail["window"] = window.detail["window"]
+
+    def finish(self, ins, body: int) -> None:  # noqa: ANN001
+        """A window table function must feed a window aggregate (what is built of Flink's
+        window operators so far)."""
+        for window_id, call in self.window_calls().items():
+            if not self._feeds_window_aggregate(window_id):
+                raise sql_error(
+                    f"{call.function}(...) is only supported under GROUP BY window_start, window_end "
+                    "(a window aggregate); selecting its rows directly, window joins and window Top-N "
+                    "are not supported yet",
+                    call,
+                )
+        super().finish(ins, body)  # type: ignore[misc]
+
+    def _feeds_window_aggregate(self, node_id: int) -> bool:
+        consumers = [n for n in self.nodes if node_id in n.inputs]
+        return bool(consumers) and all(
+            n.kind == "window_aggregate" or (n.kind == "calc" and self._feeds_window_aggregate(n.id)) for n in consumers
+        )
