@@ -1,6 +1,6 @@
 """Strict planning: nothing is accepted that is not honoured. An unknown table option or
 SET key, a format or connector the runtime does not implement, and constructs not
-implemented yet (WATERMARK, FOR SYSTEM_TIME AS OF) are refused by name, with the table,
+implemented yet (a WATERMARK strategy other than a bounded delay, FOR SYSTEM_TIME AS OF) are refused by name, with the table,
 the position and the nearest known name; the known options live in
 ``tidemark.engine.options`` and docs/sql.md documents each of them."""
 
@@ -131,14 +131,14 @@ def test_startup_modes_tidemark_does_not_implement_are_refused_by_name(mode):
     assert f"table 's': option 'scan.startup.mode': '{mode}' is not supported" in str(err)
 
 
-def test_watermark_is_refused_by_name_with_its_position():
+def test_a_watermark_strategy_other_than_a_bounded_delay_is_refused_by_name_with_its_position():
     sql = (
         "CREATE TABLE s (id BIGINT, v STRING, ts TIMESTAMP(3),\n"
-        "  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) WITH ('format' = 'json');\n"
+        "  WATERMARK FOR ts AS ts + INTERVAL '5' SECOND) WITH ('format' = 'json');\n"
     ) + SINK.replace("upsert-json", "json").replace(", PRIMARY KEY (id) NOT ENFORCED", "") + INSERT
     err = refused(sql, SqlError)
-    assert str(err).startswith("table 's': WATERMARK is not supported yet")
-    assert (err.line, err.col) == (2, 17)  # the first named token of the clause: ts
+    assert str(err).startswith("table 's': WATERMARK FOR ts AS ts + INTERVAL '5' SECOND is not supported: write AS ts")
+    assert (err.line, err.col) == (2, 23)  # the strategy's first token: ts
 
 
 def test_a_temporal_join_is_refused_not_planned_as_a_regular_join():

@@ -109,8 +109,11 @@ def run(
         sink = pipeline.sink
         host = ReplayHost(pipeline)
         changes_out = 0
-        for number, batch in enumerate(plan, start=1):
-            emitted: list[Change] = host.run_batch(batch_by_table(batch, pipeline.sources))
+        steps = [lambda batch=batch: host.run_batch(batch_by_table(batch, pipeline.sources)) for batch in plan]
+        if pipeline.watermark_delays:  # end of input: the event-time windows still open fire
+            steps.append(host.finish)
+        for number, step in enumerate(steps, start=1):
+            emitted: list[Change] = step()
             changes_out += len(emitted)
             if emit == "changelog":
                 for c in emitted:

@@ -57,6 +57,9 @@ class TidemarkParser(Parser):
         "REGEXP_EXTRACT": lambda args: _regexp_extract(args),
     }
 
+    # SESSION is a keyword (SET SESSION ...) that Flink also uses as a window function
+    FUNC_TOKENS = {*Parser.FUNC_TOKENS, TokenType.SESSION}
+
     FUNCTION_PARSERS = {
         **Parser.FUNCTION_PARSERS,
         **{name: (lambda self, n=name: self._parse_window_function(n)) for name in WINDOW_FUNCTIONS},

@@ -138,6 +138,8 @@ class WindowPlanner(PlanGraph):
     def aggregate(self, sel: exp.Select, scope: Scope, input_id: int, predicate: exp.Expr | None) -> int:
         group = sel.args.get("group")
         for legacy in (group.find_all(WindowCall) if group is not None else []):
+            if legacy.function == "SESSION":
+                raise sql_error("GROUP BY SESSION(...) (session windows) is not supported yet", legacy)
             raise sql_error(
                 f"GROUP BY {legacy.function}(...) (a legacy group window) is not supported: use the window "
                 f"table function, FROM TABLE({legacy.function}(TABLE t, DESCRIPTOR(ts), ...)) "
