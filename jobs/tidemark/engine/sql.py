@@ -68,6 +68,7 @@ class TidemarkParser(Parser):
     def _parse_window_function(self, name: str) -> exp.Expr:
         """A window function's arguments, where the first may be ``TABLE t`` (a window
         table function) rather than a column (the legacy ``GROUP BY TUMBLE(ts, ...)``)."""
+        name_token = self._tokens[self._index - 2]  # before the "(" just consumed
         args: list[exp.Expr] = []
         table_arg = False
         while True:
@@ -78,7 +79,10 @@ class TidemarkParser(Parser):
                 args.append(self._parse_assignment())
             if not self._match(TokenType.COMMA):
                 break
-        return self.expression(WindowCall(this=exp.Var(this=name), expressions=args, table_arg=table_arg))
+        call = self.expression(WindowCall(this=exp.Var(this=name), expressions=args, table_arg=table_arg))
+        # messages point at the function's name (position_of reads these)
+        call.meta.update(line=name_token.line, col=name_token.col, start=name_token.start, end=name_token.end)
+        return call
 
 
 class WindowCall(exp.Expression, exp.Func):
