@@ -117,6 +117,13 @@ def test_a_nexmark_query_explains_with_its_sources(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "source bid" in result.stdout
     as_published = runner.invoke(app, ["explain", "--init", str(harness.SOURCES), str(harness.QUERIES / "q0.sql")])
-    assert as_published.exit_code == 2
-    assert f"--init {harness.SOURCES}: table 'person': WATERMARK is not supported yet" in as_published.stderr
-    assert "(line 16, column 19)" in as_published.stderr  # the line in sources.sql, not in the joined text
+    assert as_published.exit_code == 0, as_published.stderr
+    assert "source bid" in as_published.stdout
+    # an error in the init file names that file and its own line, not the joined text's
+    bad = tmp_path / "bad_sources.sql"
+    bad.write_text(harness.SOURCES.read_text(encoding="utf-8").replace("`dateTime` - INTERVAL", "`dateTime` + INTERVAL", 1),
+                   encoding="utf-8")
+    refused = runner.invoke(app, ["explain", "--init", str(bad), str(harness.QUERIES / "q0.sql")])
+    assert refused.exit_code == 2
+    assert f"--init {bad}: table 'person': WATERMARK FOR dateTime AS " in refused.stderr
+    assert "(line 16, column 33)" in refused.stderr  # the strategy: `dateTime` + ...

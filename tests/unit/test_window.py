@@ -161,3 +161,12 @@ def test_computed_columns_are_columns_of_the_table_and_can_carry_the_watermark()
     out = host.run_batch({"bids": [Change("+I", (1, 21, at(3)), (1,))]}, now_ms=0)
     assert [c.row for c in out] == [(1, 42)]
     assert host.watermarks.current() == {"bids": ms(4)}  # AS ts: no delay, on the computed column
+
+
+def test_the_spark_host_refuses_a_window_aggregate_before_the_job_starts_and_runs_the_rest():
+    from tidemark.engine.errors import PlanError
+    from tidemark.spark.watermark import check_supported
+
+    with pytest.raises(PlanError, match=r"stage \[\d+\] aggregate#\d+: window aggregation does not run on Spark yet"):
+        check_supported(compile_sql(TUMBLE))
+    check_supported(compile_sql(SOURCE + "INSERT INTO out SELECT item, ts, ts, price, price, price FROM bids"))

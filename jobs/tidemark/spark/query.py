@@ -54,6 +54,7 @@ from tidemark.spark.keyed import (
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
 from tidemark.spark.source import SourceTable, client_options, read_stream, startup_options
+from tidemark.spark.watermark import check_supported as check_event_time
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -312,6 +313,7 @@ def build_query_frame(
     records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
     records per micro-batch. ``index`` (``tidemark.spark.delta.IndexTarget``): delta joins
     run stateless against that index service (``tidemark.spark.delta``)."""
+    check_event_time(pipeline)
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     outputs: dict[int, _Output] = {}
     for node in pipeline.nodes:
