@@ -133,7 +133,9 @@ def run(
     err.write(
         f"replay: {len(plan)} batch(es), {n_records} record(s) in, {changes_out} change(s) out, "
         f"{m.get('conflicts_dropped', 0)} conflict(s) dropped, "
-        f"{m.get('retractions_without_state', 0)} retraction(s) without state\n"
+        f"{m.get('retractions_without_state', 0)} retraction(s) without state"
+        + (f", {m.get('late_records_dropped', 0)} late record(s) dropped" if pipeline.watermark_delays else "")
+        + "\n"
     )
     return 0
 
