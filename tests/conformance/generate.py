@@ -753,3 +753,59 @@ if __name__ == "__main__":  # print one workload, for reproducing a failure by h
     w = generate(int(args[0]), *(args[1:3] if len(args) > 1 else []))
     print(w.sql)
     print(json.dumps(w.inputs, indent=1))
+
+
+# --------------------------------------------------------------------------------------------
+# Event-time windows (compared on the final table: the oracle's watermark stays below every
+# event until the end of input, so its windows fire only there; see flink_oracle.py)
+# --------------------------------------------------------------------------------------------
+
+#: the bids' WATERMARK delay; disorder stays below it, so no record is late on either system
+WINDOW_DELAY_MS = 2000
+WINDOW_QUERIES = {
+    "tumble": "TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '5' SECOND)",
+    "hop": "HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '6' SECOND)",
+    "cumulate": "CUMULATE(TABLE bids, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '6' SECOND)",
+}
+
+
+def window_workload(seed: int, window: str | None = None, n_events: int | None = None) -> Workload:
+    """Append-only bids whose event time runs ahead by 0-700 ms per record and is moved back
+    by up to 1.9 s (out of order, never late), a window aggregate over them (with a computed
+    column and a filter in front); one workload per seed, fully determined by it."""
+    rng = random.Random(f"tidemark-window-conformance-{seed}")
+    window = window or rng.choice(sorted(WINDOW_QUERIES))
+    n = n_events or rng.randint(20, 80)
+    n_batches = rng.randint(2, 6)
+    cuts = sorted(rng.sample(range(1, n), n_batches - 1))
+    clock = 1_700_000_000_000 + rng.randrange(10_000)
+    rows = []
+    for _ in range(n):
+        clock += rng.randrange(700)
+        t = clock - rng.randrange(WINDOW_DELAY_MS - 100)
+        stamp = f"{_ms_text(t)}"
+        rows.append({"item": rng.randint(1, 3), "price": rng.choice([None, *range(1, 50)]), "ts": stamp})
+    batches: list[list[dict]] = [[] for _ in range(n_batches)]
+    for seq, row in enumerate(rows, start=1):
+        b = sum(1 for c in cuts if c < seq)
+        batches[b].append({"kind": "+I", "row": row, "seq": seq})
+    sql = "\n".join([
+        "CREATE TABLE bids (item BIGINT, price BIGINT, ts TIMESTAMP(3), doubled AS price * 2, "
+        f"WATERMARK FOR ts AS ts - INTERVAL '{WINDOW_DELAY_MS}' MILLISECOND) "
+        "WITH ('topic' = 'bids', 'format' = 'json');",
+        "CREATE TABLE per_window (item BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3), n BIGINT, priced BIGINT, "
+        "total BIGINT, lo BIGINT, hi BIGINT, av BIGINT) WITH ('topic' = 'pw', 'format' = 'changelog-json');",
+        "INSERT INTO per_window SELECT item, window_start, window_end, COUNT(*), COUNT(price), SUM(doubled), "
+        f"MIN(price), MAX(price), AVG(price) FROM TABLE({WINDOW_QUERIES[window]}) "
+        "WHERE item <> 3 OR price > 10 GROUP BY item, window_start, window_end;",
+    ])
+    return Workload(name=f"window-{window}-{seed}", shape=f"window_{window}", strategy="", seed=seed,
+                    sql=sql, inputs={"bids": batches}, conflicts="none")
+
+
+def _ms_text(ms: int) -> str:
+    """Epoch milliseconds as the ``yyyy-MM-dd HH:mm:ss.SSS`` text both systems read."""
+    from datetime import datetime, timedelta
+
+    t = datetime(1970, 1, 1) + timedelta(milliseconds=ms)
+    return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
