@@ -403,8 +403,9 @@ class Oracle:
                 opts.update({"table": name, "changelog-mode": modes[name]})
             t.execute_sql(rewrite_create_table(stmt, opts, needs_wm and name != parsed["sink"]))
             if name != parsed["sink"]:
-                columns[name] = [c for c in t.from_path(name).get_schema().get_field_names()
-                                 if c != ROWTIME]
+                # the columns a record carries: computed ones (ROWTIME among them) are not
+                resolved = t.from_path(name)._j_table.getResolvedSchema()
+                columns[name] = [c.getName() for c in resolved.getColumns() if c.isPhysical()]
         for stmt in parsed["passthrough"]:
             t.execute_sql(stmt)
         script = build_script(case["id"], case.get("inputs", {}), columns, modes)

@@ -791,7 +791,7 @@ def window_workload(seed: int, window: str | None = None, n_events: int | None =
         batches[b].append({"kind": "+I", "row": row, "seq": seq})
     sql = "\n".join([
         "CREATE TABLE bids (item BIGINT, price BIGINT, ts TIMESTAMP(3), doubled AS price * 2, "
-        f"WATERMARK FOR ts AS ts - INTERVAL '{WINDOW_DELAY_MS}' MILLISECOND) "
+        f"WATERMARK FOR ts AS ts - INTERVAL '{WINDOW_DELAY_MS // 1000}' SECOND) "
         "WITH ('topic' = 'bids', 'format' = 'json');",
         "CREATE TABLE per_window (item BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3), n BIGINT, priced BIGINT, "
         "total BIGINT, lo BIGINT, hi BIGINT, av BIGINT) WITH ('topic' = 'pw', 'format' = 'changelog-json');",

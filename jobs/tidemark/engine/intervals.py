@@ -9,8 +9,7 @@ from sqlglot import exp
 
 from tidemark.engine.sql import sql_error
 
-_UNIT_MS = {
-    "MILLISECOND": 1,
+_UNIT_MS = {  # Flink's parser has no MILLISECOND unit: INTERVAL '0.5' SECOND
     "SECOND": 1000,
     "MINUTE": 60_000,
     "HOUR": 3_600_000,
