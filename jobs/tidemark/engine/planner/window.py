@@ -19,7 +19,7 @@ from tidemark.engine.expressions import col_index, col_ref
 from tidemark.engine.intervals import interval_ms
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.scope import Scope
-from tidemark.engine.sql import WindowCall, describe, sql_error
+from tidemark.engine.sql import Script, WindowCall, describe, sql_error
 from tidemark.engine.types import make_type
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
@@ -30,12 +30,15 @@ class WindowPlanner(PlanGraph):
     """Computed columns, watermarks and windows; the other builders come after it in
     ``Planner``'s bases, reached through ``super()``."""
 
+    def __init__(self, script: Script) -> None:
+        super().__init__(script)
+        self._event_time_sources: dict[str, int] = {}  # table -> the node its queries read
+        self._window_calls: dict[int, WindowCall] = {}  # window node -> its call, for messages
+
     def source(self, table: TableDef) -> int:
         """The table's rows as queries see them: physical columns, then computed ones; the
         node that has the event-time column says so (``detail['event_time']``) for hosts."""
-        done = getattr(self, "_event_time_sources", None)
-        if done is None:
-            done = self._event_time_sources = {}
+        done = self._event_time_sources
         if table.name in done:
             return done[table.name]
         node_id = super().source(table)  # type: ignore[misc]
@@ -115,17 +118,10 @@ class WindowPlanner(PlanGraph):
             detail={"window": f"{kind}({inp.columns[time_index]}, size {size} ms" + (f", step {step} ms)" if kind != "TUMBLE" else ")"),
                     "watermark_of": sorted(sources)},
         )  # fmt: skip
-        self.window_calls()[node.id] = call
+        self._window_calls[node.id] = call
         alias = item.alias or (args[0].alias_or_name if isinstance(args[0], exp.Table) else "")
         scope.add(alias, node.columns, node.types, item)
         return node.id
-
-    def window_calls(self) -> dict[int, WindowCall]:
-        """Window nodes planned so far -> the call they came from (for messages)."""
-        calls = getattr(self, "_window_calls", None)
-        if calls is None:
-            calls = self._window_calls = {}
-        return calls
 
     def event_time_sources(self, node_id: int) -> set[str]:
         """The source tables with a watermark upstream of ``node_id``."""
@@ -178,7 +174,7 @@ class WindowPlanner(PlanGraph):
             raise sql_error(
                 f"a window aggregate needs an insert-only input, and '{upstream.name}' is a "
                 f"{upstream.changelog_mode} changelog (Flink's rule: window aggregation over updates is not defined)",
-                self.window_calls()[window_id],
+                self._window_calls[window_id],
             )
         end_in_input = agg.stage.group_by[positions.index(end)]
         agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, end_in_input,
@@ -190,7 +186,7 @@ class WindowPlanner(PlanGraph):
     def finish(self, ins, body: int) -> None:  # noqa: ANN001
         """A window table function must feed a window aggregate (what is built of Flink's
         window operators so far)."""
-        for window_id, call in self.window_calls().items():
+        for window_id, call in self._window_calls.items():
             if not self._feeds_window_aggregate(window_id):
                 raise sql_error(
                     f"{call.function}(...) is only supported under GROUP BY window_start, window_end "
