@@ -28,6 +28,7 @@ SINK = TableDef("snk", [Column("k", BIGINT), Column("v", STRING), Column("d", ma
 class FakePipeline:
     sources = {"src": SRC}
     sink = SINK
+    watermark_delays: dict[str, int] = {}  # no event time: no end-of-input batch
 
 
 class FakeHost:
