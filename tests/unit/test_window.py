@@ -112,8 +112,8 @@ def test_the_kernel_state_is_typed_arrow_and_survives_a_round_trip():
 
 
 @pytest.mark.parametrize(("query", "message", "token"), [
-    ("SELECT item, 0, 0, COUNT(*), 0, 0 FROM bids GROUP BY item, SESSION(ts, INTERVAL '5' SECOND)",
-     "GROUP BY SESSION(...) (session windows) is not supported yet", "SESSION("),
+    ("SELECT item, 0, 0, COUNT(*), 0, 0 FROM bids GROUP BY item, SESSION(price, INTERVAL '5' SECOND)",
+     "SESSION: the time column 'price' must be a TIMESTAMP", "SESSION("),
     ("SELECT item, 0, 0, COUNT(*), 0, 0 FROM bids GROUP BY item, TUMBLE(ts, INTERVAL '5' SECOND)",
      "GROUP BY TUMBLE(...) (a legacy group window) is not supported", "TUMBLE("),
     ("SELECT item, window_start, window_end, price, price, price\n"
@@ -170,3 +170,31 @@ def test_the_spark_host_refuses_a_window_aggregate_before_the_job_starts_and_run
     with pytest.raises(PlanError, match=r"stage \[\d+\] aggregate#\d+: window aggregation does not run on Spark yet"):
         check_supported(compile_sql(TUMBLE))
     check_supported(compile_sql(SOURCE + "INSERT INTO out SELECT item, ts, ts, price, price, price FROM bids"))
+
+
+SESSIONS = SOURCE + (
+    "INSERT INTO out SELECT item, SESSION_START(ts, INTERVAL '3' SECOND), SESSION_END(ts, INTERVAL '3' SECOND),\n"
+    "  COUNT(*), MAX(price), SUM(price) FROM bids GROUP BY item, SESSION(ts, INTERVAL '3' SECOND)"
+)
+
+
+def test_session_windows_merge_per_key_and_fire_when_the_watermark_passes_the_last_record_plus_the_gap():
+    host = ReplayHost(compile_sql(SESSIONS))
+    # item 1: 1 s and 5 s are apart by more than the gap, 3 s joins them into one session
+    assert host.run_batch({"bids": [bid(1, 1, 10, 1), bid(2, 1, 20, 5), bid(3, 2, 7, 2)]}, now_ms=0) == []
+    assert host.run_batch({"bids": [bid(4, 1, 30, 3)]}, now_ms=0) == []
+    # watermark 10 s: item 1's session ends at 8 s, item 2's at 5 s
+    fired = host.run_batch({"bids": [bid(5, 1, 1, 12)]}, now_ms=0)
+    assert sorted(c.row for c in fired) == [(1, at(1), at(8), 3, 30, 60), (2, at(2), at(5), 1, 7, 7)]
+    # 4 s would have merged into item 1's fired session: late, dropped
+    assert host.run_batch({"bids": [bid(6, 1, 99, 4)]}, now_ms=0) == []
+    assert host.metrics["late_records_dropped"] == 1
+    assert [c.row for c in host.finish(now_ms=0)] == [(1, at(12), at(15), 1, 1, 1)]
+
+
+def test_session_state_is_typed_arrow_and_survives_a_round_trip():
+    node = next(n for n in compile_sql(SESSIONS).nodes if n.kind == "window_aggregate")
+    assert state_codec.format_of(node.stage) == "session-aggregate/1"
+    state = {(1,): [{"start": 1000, "end": 4000, "acc": [2, 30, (40, 2)], "pos": (7,)}]}
+    restored = state_codec.decode_state(node.stage, state_codec.encode_state(node.stage, state))
+    assert restored == state

@@ -75,7 +75,7 @@ class WindowPlanner(PlanGraph):
         return super().relation(item, scope)  # type: ignore[misc]
 
     def window_function(self, call: WindowCall, item: exp.Expr, scope: Scope) -> int:
-        from tidemark.engine.stages.window_tvf import KINDS, WindowAssign, WindowSpec
+        from tidemark.engine.stages.window_tvf import KINDS, WindowSpec
 
         kind = call.function
         if kind not in KINDS:
@@ -96,32 +96,42 @@ class WindowPlanner(PlanGraph):
                 and len(descriptor.expressions) == 1 and isinstance(descriptor.expressions[0], exp.Column)):
             raise sql_error(f"{kind}: the second argument must be DESCRIPTOR(time column), not {describe(descriptor)}", descriptor)
         time_index = inner.resolve(descriptor.expressions[0])
-        inp = self.node(input_id)
-        sources = self.event_time_sources(input_id)
-        if not sources:
-            raise sql_error(
-                f"{kind}: '{descriptor.expressions[0].name}' is not an event-time column: declare "
-                "WATERMARK FOR it on its table (processing-time windows are not supported yet)",
-                descriptor,
-            )
-        if inp.types[time_index] is None or inp.types[time_index].name != "TIMESTAMP":
-            raise sql_error(f"{kind}: the time column '{inp.columns[time_index]}' must be a TIMESTAMP", descriptor)
         lengths = [interval_ms(a, f"{kind} window") for a in args[2:]]
         size, step = lengths[-1], lengths[0]
         if step <= 0 or size % step:
             raise sql_error(f"{kind}: the window size must be a positive multiple of the {'slide' if kind == 'HOP' else 'step'}", call)
+        node = self._window_node(WindowSpec(kind, size, step), input_id, time_index, call, descriptor)
+        alias = item.alias or (args[0].alias_or_name if isinstance(args[0], exp.Table) else "")
+        scope.add(alias, node.columns, node.types, item)
+        return node.id
+
+    def _window_node(self, spec, input_id: int, time_index: int, call: WindowCall, where: exp.Expr):  # noqa: ANN001, ANN202
+        """The window assignment over ``input_id``'s rows, by its column ``time_index``."""
+        from tidemark.engine.stages.window_tvf import WindowAssign
+
+        kind = spec.kind
+        inp = self.node(input_id)
+        if not self.event_time_sources(input_id):
+            raise sql_error(
+                f"{kind}: '{inp.columns[time_index]}' is not an event-time column: declare "
+                "WATERMARK FOR it on its table (processing-time windows are not supported yet)",
+                where,
+            )
+        if inp.types[time_index] is None or inp.types[time_index].name != "TIMESTAMP":
+            raise sql_error(f"{kind}: the time column '{inp.columns[time_index]}' must be a TIMESTAMP", where)
+        shape = f"size {spec.size_ms} ms" if kind != "SESSION" else f"gap {spec.size_ms} ms"
+        if kind in ("HOP", "CUMULATE"):
+            shape += f", step {spec.step_ms} ms"
         name = self._stage_name("window")
         node = self._add(
             "window", name, [input_id], inp.columns + list(WINDOW_COLUMNS), inp.types + [_TIMESTAMP] * 3,
             upsert_keys=frozenset(), changelog_mode=inp.changelog_mode,
-            stage=WindowAssign(WindowSpec(kind, size, step), time_index, name=name),
-            detail={"window": f"{kind}({inp.columns[time_index]}, size {size} ms" + (f", step {step} ms)" if kind != "TUMBLE" else ")"),
-                    "watermark_of": sorted(sources)},
+            stage=WindowAssign(spec, time_index, name=name),
+            detail={"window": f"{kind}({inp.columns[time_index]}, {shape})",
+                    "watermark_of": sorted(self.event_time_sources(input_id))},
         )  # fmt: skip
         self._window_calls[node.id] = call
-        alias = item.alias or (args[0].alias_or_name if isinstance(args[0], exp.Table) else "")
-        scope.add(alias, node.columns, node.types, item)
-        return node.id
+        return node
 
     def event_time_sources(self, node_id: int) -> set[str]:
         """The source tables with a watermark upstream of ``node_id``."""
@@ -133,15 +143,17 @@ class WindowPlanner(PlanGraph):
 
     def aggregate(self, sel: exp.Select, scope: Scope, input_id: int, predicate: exp.Expr | None) -> int:
         group = sel.args.get("group")
-        for legacy in (group.find_all(WindowCall) if group is not None else []):
-            if legacy.function == "SESSION":
-                raise sql_error("GROUP BY SESSION(...) (session windows) is not supported yet", legacy)
-            raise sql_error(
-                f"GROUP BY {legacy.function}(...) (a legacy group window) is not supported: use the window "
-                f"table function, FROM TABLE({legacy.function}(TABLE t, DESCRIPTOR(ts), ...)) "
-                "GROUP BY window_start, window_end",
-                legacy,
-            )
+        legacy = list(group.find_all(WindowCall)) if group is not None else []
+        for call in legacy:
+            if call.function != "SESSION" or len(legacy) > 1:
+                raise sql_error(
+                    f"GROUP BY {call.function}(...) (a legacy group window) is not supported: use the window "
+                    f"table function, FROM TABLE({call.function}(TABLE t, DESCRIPTOR(ts), ...)) "
+                    "GROUP BY window_start, window_end",
+                    call,
+                )
+        if legacy:
+            sel, input_id = self._session_group(sel, scope, input_id, legacy[0])
         first_new = len(self.nodes)
         out_id = super().aggregate(sel, scope, input_id, predicate)  # type: ignore[misc]
         if self.node(input_id).kind != "window":
@@ -151,6 +163,38 @@ class WindowPlanner(PlanGraph):
         for n in self.nodes[agg.id + 1:]:
             n.changelog_mode = "append"
         return out_id
+
+    def _session_group(self, sel: exp.Select, scope: Scope, input_id: int, call: WindowCall) -> tuple[exp.Select, int]:
+        """``GROUP BY k, SESSION(ts, gap)`` with ``SESSION_START(ts, gap)`` /
+        ``SESSION_END(ts, gap)``: the session window's columns, as a window table function
+        would give them, grouped by as ``window_start, window_end``."""
+        from tidemark.engine.stages.window_tvf import WindowSpec
+
+        if len(call.expressions) != 2 or not isinstance(call.expressions[0], exp.Column):
+            raise sql_error("SESSION(time column, gap) takes a time column and an interval", call)
+        time_index = scope.resolve(call.expressions[0])
+        gap = interval_ms(call.expressions[1], "SESSION gap")
+        node = self._window_node(WindowSpec("SESSION", gap, gap), input_id, time_index, call, call)
+        scope.add("", list(WINDOW_COLUMNS), [_TIMESTAMP] * 3, call)
+        rewritten = sel.copy()
+        group = rewritten.args["group"]
+        at = next(i for i, g in enumerate(group.expressions) if isinstance(g, WindowCall))
+        bounds = [exp.column(c) for c in WINDOW_COLUMNS[:2]]
+        group.set("expressions", group.expressions[:at] + bounds + group.expressions[at + 1:])
+        names = {"SESSION_START": WINDOW_COLUMNS[0], "SESSION_END": WINDOW_COLUMNS[1]}
+
+        def bound(n: exp.Expr) -> exp.Expr:
+            if isinstance(n, exp.Anonymous) and n.name.upper() in names:
+                return exp.column(names[n.name.upper()])
+            return n
+
+        for arg in ("expressions", "having"):
+            value = rewritten.args.get(arg)
+            if isinstance(value, list):
+                rewritten.set(arg, [e.transform(bound) for e in value])
+            elif value is not None:
+                rewritten.set(arg, value.transform(bound))
+        return rewritten, node.id
 
     def _make_window_aggregate(self, agg, window_id: int, sel: exp.Select) -> None:  # noqa: ANN001
         from tidemark.engine.stages.window_aggregate import WindowAggregate
@@ -176,9 +220,9 @@ class WindowPlanner(PlanGraph):
                 f"{upstream.changelog_mode} changelog (Flink's rule: window aggregation over updates is not defined)",
                 self._window_calls[window_id],
             )
-        end_in_input = agg.stage.group_by[positions.index(end)]
-        agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, end_in_input,
-                                    window.detail["watermark_of"], name=agg.name)
+        bounds = tuple(agg.stage.group_by[positions.index(p)] for p in (start, end))
+        agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
+                                    session=window.stage.spec.kind == "SESSION", name=agg.name)
         agg.kind = "window_aggregate"
         agg.changelog_mode = "append"
         agg.detail["window"] = window.detail["window"]

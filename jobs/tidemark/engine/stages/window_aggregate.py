@@ -10,8 +10,9 @@ record dropped from every window it falls in is counted in the
 ``late_records_dropped`` metric. Until its window fires a group keeps its accumulators in
 state; then the state is gone.
 
-The stage is a batch kernel only (``tidemark.engine.kernels.window``): windows fire for
-every open group of a bucket when the watermark moves, records or not.
+The stage is a batch kernel only (``tidemark.engine.kernels.window``, or
+``kernels.session`` for session windows): windows fire for every open group of a bucket
+when the watermark moves, records or not.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ WINDOW_FUNCS = ("COUNT", "COUNT_STAR", "SUM", "MIN", "MAX", "AVG")
 
 class WindowAggregate:
     """``group_by`` are input positions, among them the window's ``window_start`` and
-    ``window_end`` (``window_end_index``, a position in the input row); ``sources`` the
-    tables whose watermarks the stage waits for. Output: the group columns, then one column
-    per call."""
+    ``window_end`` (``window``: their positions in the input row); ``sources`` the tables
+    whose watermarks the stage waits for; ``session``: the windows are session windows,
+    merged per key (``tidemark.engine.kernels.session``). Output: the group columns, then
+    one column per call."""
 
     n_inputs = 1
 
@@ -38,8 +40,9 @@ class WindowAggregate:
         self,
         group_by: Sequence[int],
         calls: Sequence[AggCall],
-        window_end_index: int,
+        window: tuple[int, int],
         sources: Sequence[str],
+        session: bool = False,
         name: str = "window_aggregate",
     ) -> None:
         for call in calls:
@@ -48,19 +51,24 @@ class WindowAggregate:
                 raise PlanError(
                     f"{what} in a window aggregate is not supported yet ({', '.join(WINDOW_FUNCS[:1] + WINDOW_FUNCS[2:])} and COUNT(*) are)"
                 )
-        if window_end_index not in group_by:
-            raise PlanError("a window aggregate groups by window_end")
+        if not set(window) <= set(group_by):
+            raise PlanError("a window aggregate groups by window_start and window_end")
         self.group_by = tuple(group_by)
         self.calls = list(calls)
-        self.window_end_index = window_end_index
+        self.window_start_index, self.window_end_index = window
         self.sources = tuple(sorted(sources))
+        self.session = session
         self.name = name
 
     def key_of(self, change: Change, input_index: int) -> tuple:
         row = change.row
         return tuple(row[i] for i in self.group_by)
 
-    def batch_kernel(self):  # noqa: ANN201  (the kernel module imports polars)
+    def batch_kernel(self):  # noqa: ANN201  (the kernel modules import polars and pyarrow)
+        if self.session:
+            from tidemark.engine.kernels.session import SessionKernel
+
+            return SessionKernel(self)
         from tidemark.engine.kernels.window import WindowAggregateKernel
 
         return WindowAggregateKernel(self)

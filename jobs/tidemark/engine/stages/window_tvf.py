@@ -6,7 +6,8 @@ The assignment is Flink's (``TimeWindow.getWindowStartWithOffset``): a tumbling 
 ``size`` starts at ``t - (t mod size)``; a hopping window of ``size`` every ``slide`` is
 every such start, ``slide`` apart, whose window still holds ``t``; a cumulating window of
 ``step`` up to ``size`` starts where the tumbling window of ``size`` does and ends at every
-``step`` after ``t``. A row whose time is NULL has no window and is dropped (Flink fails
+``step`` after ``t``; a session window of gap ``size`` is ``[t, t + size)``, merged with the
+other sessions of its key by the window aggregate. A row whose time is NULL has no window and is dropped (Flink fails
 the job on it).
 """
 
@@ -22,8 +23,8 @@ KINDS = ("TUMBLE", "HOP", "CUMULATE")
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """A window table function's shape: ``size`` (TUMBLE's, HOP's and CUMULATE's whole
-    window) and ``step`` (HOP's slide, CUMULATE's step; ``size`` for TUMBLE), in ms."""
+    """A window's shape: ``size`` (TUMBLE's, HOP's and CUMULATE's whole window, SESSION's
+    gap) and ``step`` (HOP's slide, CUMULATE's step; ``size`` otherwise), in ms."""
 
     kind: str
     size_ms: int
@@ -31,6 +32,8 @@ class WindowSpec:
 
     def windows(self, t: int) -> list[tuple[int, int]]:
         """The ``(start, end)`` of every window holding event time ``t`` (ms), earliest first."""
+        if self.kind == "SESSION":  # the record's own window; the aggregate merges them per key
+            return [(t, t + self.size_ms)]
         if self.kind == "CUMULATE":
             start = t - t % self.size_ms
             first_end = t - t % self.step_ms + self.step_ms
