@@ -188,6 +188,11 @@ class Pipeline:
                 cache = "cache: off" if not dj["cache_enabled"] else (
                     f"cache: {dj['cache_sizes']['left']} left / {dj['cache_sizes']['right']} right join keys (LRU)")
                 out.append(cache)
+        elif n.kind == "window":
+            out.append(f"window: {d['window']}   watermark of: {', '.join(d['watermark_of'])}")
+        elif n.kind == "window_aggregate":
+            out.append(f"group by: {', '.join(d['group_by'])}   emits when the watermark passes window_end")
+            out.append(f"aggregates: {', '.join(d['aggregates'])}")
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
             out.append(f"aggregates: {', '.join(d['aggregates']) or '(none: SELECT DISTINCT)'}")
