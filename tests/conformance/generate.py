@@ -766,13 +766,15 @@ WINDOW_QUERIES = {
     "tumble": "TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '5' SECOND)",
     "hop": "HOP(TABLE bids, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '6' SECOND)",
     "cumulate": "CUMULATE(TABLE bids, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '6' SECOND)",
+    "session": "SESSION(ts, INTERVAL '1' SECOND)",  # Flink's group window, in GROUP BY
 }
 
 
 def window_workload(seed: int, window: str | None = None, n_events: int | None = None) -> Workload:
     """Append-only bids whose event time runs ahead by 0-700 ms per record and is moved back
     by up to 1.9 s (out of order, never late), a window aggregate over them (with a computed
-    column and a filter in front); one workload per seed, fully determined by it."""
+    column and a filter in front; ``window`` one of ``WINDOW_QUERIES``); one workload per
+    seed, fully determined by it."""
     rng = random.Random(f"tidemark-window-conformance-{seed}")
     window = window or rng.choice(sorted(WINDOW_QUERIES))
     n = n_events or rng.randint(20, 80)
@@ -795,12 +797,21 @@ def window_workload(seed: int, window: str | None = None, n_events: int | None =
         "WITH ('topic' = 'bids', 'format' = 'json');",
         "CREATE TABLE per_window (item BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3), n BIGINT, priced BIGINT, "
         "total BIGINT, lo BIGINT, hi BIGINT, av BIGINT) WITH ('topic' = 'pw', 'format' = 'changelog-json');",
-        "INSERT INTO per_window SELECT item, window_start, window_end, COUNT(*), COUNT(price), SUM(doubled), "
-        f"MIN(price), MAX(price), AVG(price) FROM TABLE({WINDOW_QUERIES[window]}) "
-        "WHERE item <> 3 OR price > 10 GROUP BY item, window_start, window_end;",
+        _window_insert(window),
     ])
     return Workload(name=f"window-{window}-{seed}", shape=f"window_{window}", strategy="", seed=seed,
                     sql=sql, inputs={"bids": batches}, conflicts="none")
+
+
+def _window_insert(window: str) -> str:
+    aggs = "COUNT(*), COUNT(price), SUM(doubled), MIN(price), MAX(price), AVG(price)"
+    if window == "session":
+        gap = WINDOW_QUERIES[window].removeprefix("SESSION(ts, ").removesuffix(")")
+        return (f"INSERT INTO per_window SELECT item, SESSION_START(ts, {gap}), SESSION_END(ts, {gap}), {aggs} "
+                f"FROM bids WHERE item <> 3 OR price > 10 GROUP BY item, {WINDOW_QUERIES[window]};")
+    return (f"INSERT INTO per_window SELECT item, window_start, window_end, {aggs} "
+            f"FROM TABLE({WINDOW_QUERIES[window]}) WHERE item <> 3 OR price > 10 "
+            "GROUP BY item, window_start, window_end;")
 
 
 def _ms_text(ms: int) -> str:

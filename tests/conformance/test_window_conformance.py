@@ -1,5 +1,6 @@
 """Window aggregation against Flink 2.3 on random append-only workloads with disorder
-(``generate.window_workload``: TUMBLE, HOP and CUMULATE, a computed column, a filter).
+(``generate.window_workload``: TUMBLE, HOP, CUMULATE and SESSION, a computed column, a
+filter).
 
 The oracle's watermark never passes an event before the end of input (its batches end
 with watermark ``i``, see ``flink_oracle.py``), so Flink fires every window at the end; the
