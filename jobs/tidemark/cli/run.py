@@ -172,6 +172,7 @@ def _run(
     from tidemark.engine.fingerprint import take_over
     from tidemark.kafka.broker import configured_bootstrap
     from tidemark.kafka.config import check_tables, use_config_file
+    from tidemark.spark.watermark import check_supported as check_event_time
     from tidemark.spark.session import check_java
 
     try:
@@ -185,6 +186,7 @@ def _run(
     try:
         pipeline = compile_script(sql, init_files)
         check_tables(pipeline.tables)
+        check_event_time(pipeline)  # before Spark starts: what the Spark host cannot run yet
     except TidemarkError as e:
         raise _prefixed(e, str(file)) from None
     name = name or os.environ.get("TIDEMARK_PIPELINE") or file.stem

@@ -63,10 +63,12 @@ def _compile(sql: str) -> Pipeline:
     from tidemark.engine.errors import TidemarkError
     from tidemark.engine.pipeline import compile_sql
     from tidemark.kafka.config import check_tables
+    from tidemark.spark.watermark import check_supported as check_event_time
 
     try:
         pipeline = compile_sql(sql)
         check_tables(pipeline.tables)  # 'properties.*' confluent-kafka refuses, naming the table
+        check_event_time(pipeline)  # a window aggregate does not run on Spark yet
         return pipeline
     except TidemarkError as err:
         raise PlanRejected(str(err), type(err).__name__) from err
