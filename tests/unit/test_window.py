@@ -122,6 +122,9 @@ def test_the_kernel_state_is_typed_arrow_and_survives_a_round_trip():
     ("SELECT item, window_start, window_end, COUNT(*), 0, 0\n"
      "FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(price), INTERVAL '10' SECOND)) GROUP BY item, window_start, window_end",
      "TUMBLE: the time column 'price' must be a TIMESTAMP", "DESCRIPTOR(price)"),
+    ("SELECT item, window_start, window_end, COUNT(DISTINCT price), 0, 0\n"
+     "FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY item, window_start, window_end",
+     "COUNT(DISTINCT) in a window aggregate is not supported yet", "item, window_start, window_end, COUNT(DISTINCT"),
     ("SELECT item, window_start, window_end, COUNT(*), 0, 0\n"
      "FROM TABLE(SESSION(TABLE bids, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY item, window_start, window_end",
      "SESSION windows are not supported yet", "SESSION("),

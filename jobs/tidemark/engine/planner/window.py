@@ -221,8 +221,11 @@ class WindowPlanner(PlanGraph):
                 self._window_calls[window_id],
             )
         bounds = tuple(agg.stage.group_by[positions.index(p)] for p in (start, end))
-        agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
-                                    session=window.stage.spec.kind == "SESSION", name=agg.name)
+        try:
+            agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
+                                        session=window.stage.spec.kind == "SESSION", name=agg.name)
+        except PlanError as e:  # an aggregate function windows do not compute: at the SELECT
+            raise sql_error(str(e), sel) from None
         agg.kind = "window_aggregate"
         agg.changelog_mode = "append"
         agg.detail["window"] = window.detail["window"]
