@@ -12,13 +12,14 @@ from tidemark.engine.errors import PlanError
 from tidemark.engine.planner.aggregate import AggregatePlanner
 from tidemark.engine.planner.join import JoinPlanner
 from tidemark.engine.planner.node import Node, format_key
+from tidemark.engine.planner.rank import RankPlanner
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
 
 __all__ = ["Node", "Planner", "format_key"]
 
 
-class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, SinkPlanner):
+class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, RankPlanner, SinkPlanner):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 
     def plan(self) -> list[Node]:
@@ -30,6 +31,7 @@ class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, SinkPlanner):
                 f"SET 'table.exec.sink.upserts.compaction-mode' = '{mode}': expected one of {', '.join(COMPACTION_MODES)}"
             )
         body = self.insert(ins)
+        self.check_ranks_bounded()
         self.finish(ins, body)
         for n in self.nodes:
             n.detail.pop("composable", None)
