@@ -143,6 +143,7 @@ class _Source:
                 new[c.name] = v
             if new == old:
                 return []
+            del rows[pk]  # the dict's order is arrival order: an updated row arrives again
             rows[pk] = new
             if self.upsert:
                 return [{"kind": "+U", "row": dict(new), "seq": seq}]
@@ -165,7 +166,7 @@ def _changelog(specs: list[TableSpec], rng: random.Random, n_batches: int, max_c
             before_rows = {k: dict(v) for k, v in src.rows.items()}
             before = _query(shape, sources)
             recs = src.change(seq + 1)
-            if recs and _ties(before, _query(shape, sources)):
+            if recs and shape not in SINK_KEYED_BY_UPSERT_KEY and _ties(before, _query(shape, sources)):
                 src.rows = before_rows  # undo: the result would be undefined (see _ties)
                 continue
             if recs:
@@ -363,6 +364,40 @@ def shape_functions(rng: random.Random, strategy: str) -> tuple[list[TableSpec],
     return tables, sink, query, "none"
 
 
+_RANKED = "ROW_NUMBER() OVER (PARTITION BY category ORDER BY v {order}) AS rn FROM events"
+
+
+def shape_topn_rank(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """Top-2 per category with the row number, over a changelog: rows retracted from the
+    top let the next one in, every rank below a new row shifts; ties on v by arrival."""
+    sink = ("CREATE TABLE top2 (category STRING, rn BIGINT, id BIGINT, v BIGINT, "
+            "PRIMARY KEY (category, rn) NOT ENFORCED) WITH ('topic' = 'top2', 'format' = 'upsert-json');")
+    query = ("INSERT INTO top2 SELECT category, rn, id, v FROM "
+             f"(SELECT id, category, v, {_RANKED.format(order='DESC')}) WHERE rn <= 2")
+    return [_events(rng, [1, 2, 3])], sink, query, "none"
+
+
+def shape_dedup_first(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """Deduplication (rn = 1, the row number not read): per category the row with the
+    smallest v, the earliest of equal ones; keyed by the partition key."""
+    sink = ("CREATE TABLE firsts (category STRING, id BIGINT, v BIGINT, "
+            "PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'firsts', 'format' = 'upsert-json');")
+    query = ("INSERT INTO firsts SELECT category, id, v FROM "
+             f"(SELECT id, category, v, {_RANKED.format(order='ASC')}) WHERE rn = 1")
+    return [_events(rng, [1, 2, 3])], sink, query, "none"
+
+
+def shape_topn_by_id(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """Top-2 without the row number into a sink keyed by the source PK: the rank has no
+    upsert key there (id does not contain the partition key), so the materializer resolves
+    a row that moves between categories."""
+    sink = ("CREATE TABLE tops (id BIGINT, category STRING, v BIGINT, "
+            "PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'tops', 'format' = 'upsert-json');")
+    query = ("INSERT INTO tops SELECT id, category, v FROM "
+             f"(SELECT id, category, v, {_RANKED.format(order='DESC')}) WHERE rn <= 2")
+    return [_events(rng, [1, 2, 3])], sink, query, "none"
+
+
 SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
     "join_id": shape_join_id,
     "left_join_id": shape_left_join_id,
@@ -375,7 +410,14 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
     "filter_distinct_agg": shape_filter_distinct_agg,
     "cte_distinct": shape_cte_distinct,
     "functions": shape_functions,
+    "topn_rank": shape_topn_rank,
+    "dedup_first": shape_dedup_first,
+    "topn_by_id": shape_topn_by_id,
 }
+
+#: shapes whose upsert key is the sink's primary key: no materializer, so one change adding
+#: several rows for one key (a row pushing the ranks below it down) is well defined
+SINK_KEYED_BY_UPSERT_KEY = {"topn_rank", "dedup_first"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,6 +477,16 @@ def _functions(r: dict) -> tuple:
             None if v is None else 2 * v, v != 0, rpad, found.group(2) if found else None)
 
 
+def _top(events: list[dict], n: int, descending: bool) -> list[tuple[int, dict]]:
+    """Per category the first ``n`` events by v, equal ones in arrival order (the list's
+    order), with their rank."""
+    out = []
+    for c in sorted({e["category"] for e in events}):
+        ranked = sorted((e for e in events if e["category"] == c), key=lambda e: -e["v"] if descending else e["v"])
+        out += [(i + 1, e) for i, e in enumerate(ranked[:n])]
+    return out
+
+
 def _s1_s2_ids(a: dict, b: dict | None) -> tuple:
     return (a["id"], b["id"] if b else None)
 
@@ -463,6 +515,10 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
     "filter_distinct_agg": _filter_distinct_agg,
     "cte_distinct": lambda t: [((c, r), (c, r)) for c, r in sorted({(e["category"], e["region"]) for e in t["events"]})],
     "functions": lambda t: [(r["id"], _functions(r)) for r in t["s"]],
+    "topn_rank": lambda t: [((e["category"], rn), (e["category"], rn, e["id"], e["v"]))
+                            for rn, e in _top(t["events"], 2, True)],
+    "dedup_first": lambda t: [(e["category"], (e["category"], e["id"], e["v"])) for _, e in _top(t["events"], 1, False)],
+    "topn_by_id": lambda t: [(e["id"], (e["id"], e["category"], e["v"])) for _, e in _top(t["events"], 2, True)],
 }
 
 
@@ -473,6 +529,7 @@ LINEAGE_IDENTITY: dict[str, str] = {
     "agg_by_sub_key": "group (category, region)", "projection": "s.id", "projection_keep_id": "s.id",
     "comma_join_between": "(s1.id, s2.id)", "filter_distinct_agg": "group (category)",
     "cte_distinct": "group (category, region)", "functions": "s.id",
+    "topn_rank": "(category, rank)", "dedup_first": "category", "topn_by_id": "events.id",
 }
 
 
@@ -490,6 +547,7 @@ def _apply(tables: dict[str, dict], pks: dict[str, str], table: str, r: dict) ->
     if pk is None:
         tables[table][len(tables[table])] = r["row"]  # append-only: every row stays
     elif r["kind"] in ("+I", "+U"):
+        tables[table].pop(r["row"][pk], None)  # keep arrival order (see _Source.change)
         tables[table][r["row"][pk]] = r["row"]
     elif r["kind"] == "-D":
         tables[table].pop(r["row"][pk], None)

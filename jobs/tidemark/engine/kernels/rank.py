@@ -72,9 +72,9 @@ class RankKernel:
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, ctx: BatchContext
     ) -> tuple[pl.DataFrame | None, ChangeBatch]:
-        batch = self._batch_frame(inputs[0])
-        if batch.height == 0:
+        if len(inputs[0]) == 0:
             return state, ChangeBatch(changes=[])
+        batch = self._batch_frame(inputs[0])
         touched = batch.select(self.part).unique()
         old = self._old_rows(state, touched)
         events = pl.concat([old.with_columns(pl.lit(1, pl.Int64).alias(WEIGHT)), batch], how="diagonal_relaxed")
@@ -193,7 +193,7 @@ class RankKernel:
             [before.select(*self.rows, pl.lit(-1, pl.Int64).alias(_N)), after.select(*self.rows, pl.lit(1, pl.Int64).alias(_N))]
         ).group_by(self.rows, maintain_order=True).agg(pl.col(_N).sum()).filter(pl.col(_N) != 0)
         units = counts.with_columns(pl.col(_N).abs().alias("$abs"), (pl.col(_N) > 0).alias("$add"))
-        units = units.select(pl.all().repeat_by("$abs")).explode(pl.all()) if units.height else units
+        units = units.select(pl.all().repeat_by("$abs")).explode(pl.all(), empty_as_null=False) if units.height else units
         if self.stage.top1:
             moves = units.with_columns(
                 (pl.col("$add").any().over(self.part) & (~pl.col("$add")).any().over(self.part)).alias("$pair")
