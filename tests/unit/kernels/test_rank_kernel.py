@@ -205,3 +205,11 @@ def test_an_empty_range_is_refused(bad):
 
     with pytest.raises(PlanError, match="rank range"):
         Rank([0], [SortKey(2)], bad[0], bad[1], TYPES)
+
+
+def test_ties_last_keeps_the_latest_of_equal_sort_keys():
+    """Flink's event-time Deduplicate keeping the last row: an equal event time replaces."""
+    h = Host(Rank([0], [SortKey(2, True, False)], 1, 1, TYPES, False, True, ties="last"))
+    assert h.run([c("+I", 1, "a", 7, pos=1), c("+I", 1, "b", 7, pos=2)]) == [("+I", (1, "b", 7, None), (2,))]
+    assert h.run([c("+I", 1, "c", 7, pos=3)]) == [("-U", (1, "b", 7, None), (3,)), ("+U", (1, "c", 7, None), (3,))]
+    assert h.run([c("+I", 1, "d", 6, pos=4)]) == []

@@ -13,7 +13,8 @@ Per batch:
    where the count never drops below zero (a retraction of nothing is counted in
    ``retractions_without_state`` and ignored). With prefix sums ``S``: the final count is
    ``S_n - min(0, min S)``;
-3. the survivors ranked: partition, ORDER BY, then sequence (earlier arrival first);
+3. the survivors ranked: partition, ORDER BY, then arrival (earlier first; latest first for
+   ``ties="last"``);
 4. old and new ranks in the range compared, per rank (``output_rank``) or as multisets.
 """
 
@@ -86,7 +87,7 @@ class RankKernel:
         if self.stage.append_only:
             new = new.filter(pl.col(_RANK) <= self.stage.end)
         out = self._emitted(old, new, batch)
-        kept = new.drop(_RANK, _SEQ)
+        kept = new.drop(_RANK, _SEQ, _OLD)
         rest = state.join(touched, on=self.part, how="anti", nulls_equal=True) if state is not None else None
         state = kept if rest is None else pl.concat([rest, kept], how="diagonal_relaxed")
         return (state if state.height else None), out
@@ -123,16 +124,22 @@ class RankKernel:
             (-low).alias("$orphans"),
         )
         orphans = int(marked.group_by(self.rows).agg(pl.col("$orphans").first())["$orphans"].sum())
-        survivors = marked.filter(pl.col(_KEEP)).drop(_KEEP, "$orphans", WEIGHT, _OLD, strict=False)
+        survivors = marked.filter(pl.col(_KEEP)).drop(_KEEP, "$orphans", WEIGHT)
+        if _OLD not in survivors.columns:
+            survivors = survivors.with_columns(pl.lit(False).alias(_OLD))
+        survivors = survivors.with_columns(pl.col(_OLD).fill_null(False))
         return survivors, orphans
 
     def _ranked(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Rows sorted in rank order per partition, with their rank (1-based)."""
-        by = [*self.part, *self._sort, _SEQ]
+        if self.stage.ties == "last":  # the latest arrival first: new rows, latest first, then stored order
+            ties = [pl.col(_OLD), pl.when(pl.col(_OLD)).then(pl.col(_SEQ)).otherwise(-pl.col(_SEQ))]
+        else:
+            ties = [pl.col(_SEQ)]
         ordered = rows.sort(
-            by,
-            descending=[False] * len(self.part) + self._desc + [False],
-            nulls_last=[False] * len(self.part) + self._nulls_last + [False],
+            [*self.part, *self._sort, *ties],
+            descending=[False] * len(self.part) + self._desc + [False] * len(ties),
+            nulls_last=[False] * len(self.part) + self._nulls_last + [False] * len(ties),
             maintain_order=True,
         )
         return ordered.with_columns((pl.int_range(pl.len(), dtype=pl.Int64).over(self.part) + 1).alias(_RANK))

@@ -95,6 +95,8 @@ class RankPlanner(PlanGraph):
             detail={"partition_by": [inp.columns[i] for i in partition],
                     "order_by": [f"{inp.columns[k.column]}{' DESC' if k.descending else ''}" for k in sort]},
         )  # fmt: skip
+        if len(sort) == 1 and sort[0].descending and self._is_event_time(calc_id, sort[0].column):
+            node.detail["last_by_event_time"] = True
         self.open_ranks[node.id] = window
         out = [col_ref(i) for i in range(width)]
         out.insert(rn_at, col_ref(inp.width))
@@ -156,6 +158,22 @@ class RankPlanner(PlanGraph):
             rn = picks.index(rn)
         return node, rn, path
 
+    def _is_event_time(self, node_id: int, column: int) -> bool:
+        """Whether ``column`` of ``node_id`` is a source's event-time attribute (its
+        ``WATERMARK FOR`` column) passed on unchanged; a join or aggregate in between makes
+        it an ordinary TIMESTAMP, as in Flink."""
+        node = self.node(node_id)
+        while node.kind in ("calc", "normalize"):
+            if node.kind == "calc" and node.stage.projections is not None:
+                picked = col_index(node.stage.projections[column])
+                if picked is None:
+                    return False
+                column = picked
+            node = self.node(node.inputs[0])
+        table = self.used_tables.get(node.table) if node.kind == "source" else None
+        watermark = getattr(table, "watermark", None)
+        return watermark is not None and node.columns[column] == watermark.column
+
     @staticmethod
     def _reads_column(sel: exp.Select, scope: Scope, position: int) -> bool:
         """Whether ``sel`` reads column ``position`` of its scope outside its WHERE."""
@@ -186,6 +204,9 @@ class RankPlanner(PlanGraph):
         elif output_rank:
             keys.add(Key(partition | {inp.width}))
         rank.upsert_keys = frozenset(keys)
+        if stage.top1 and rank.detail.pop("last_by_event_time", False):
+            stage.ties = "last"  # Flink plans a Deduplicate keeping the last row by event time
+            rank.detail["deduplicate"] = "keep the last row by event time (an equal one replaces)"
         rank.detail["range"] = f"{start}..{end}"
         rank.detail["row_number"] = "output" if output_rank else "not read (NULL)"
         rank.detail["input"] = "append-only: keeps the top rows" if stage.append_only else "changelog: keeps every active row"

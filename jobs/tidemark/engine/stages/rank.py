@@ -8,7 +8,9 @@ one enters. An append-only input never retracts, so only the top rows are kept (
 
 The order within a partition is the ORDER BY, then arrival: among rows with equal sort keys
 the one added first ranks first (Flink appends each row to the list of its sort key; a row
-updated to the same sort key goes to the end of that list). Arrival here is the source
+updated to the same sort key goes to the end of that list). ``ties="last"`` reverses that
+for Flink's ``Deduplicate`` keeping the last row by event time (``ORDER BY rowtime DESC``,
+``rn = 1``), where a row with an equal event time replaces the current one. Arrival here is the source
 position, never the order inside a micro-batch. A retraction removes the oldest active copy
 of an identical row (Flink removes the first equal row of its list). NULLs sort as Flink
 sorts them: first ascending, last descending, unless the query says ``NULLS FIRST|LAST``.
@@ -67,6 +69,7 @@ class Rank:
         output_rank: bool = True,
         append_only: bool = False,
         name: str = "rank",
+        ties: str = "first",
     ) -> None:
         if not order:
             raise PlanError("ROW_NUMBER() OVER needs an ORDER BY")
@@ -78,6 +81,9 @@ class Rank:
         self.types = list(types)
         self.output_rank = output_rank
         self.append_only = append_only
+        if ties not in ("first", "last"):
+            raise PlanError(f"rank ties: expected 'first' or 'last', not {ties!r}")
+        self.ties = ties
         self.name = name
         self._kernel: Any = None
 
