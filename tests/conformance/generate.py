@@ -364,38 +364,37 @@ def shape_functions(rng: random.Random, strategy: str) -> tuple[list[TableSpec],
     return tables, sink, query, "none"
 
 
-_RANKED = "ROW_NUMBER() OVER (PARTITION BY category ORDER BY v {order}) AS rn FROM events"
+def _ranked(rng: random.Random, table: str, columns: str, key: str, order: str, bound: str
+            ) -> tuple[list[TableSpec], str, str, str]:
+    """A rank shape over ``events``: sink ``table`` with ``columns`` (typed as the query
+    gives them) and primary key ``key``; the ranked query ordered by v ``order`` and cut by
+    ``bound`` on rn."""
+    types = {"category": "STRING", "rn": "BIGINT", "id": "BIGINT", "v": "BIGINT"}
+    names = [c.strip() for c in columns.split(",")]
+    sink = (f"CREATE TABLE {table} ({', '.join(f'{n} {types[n]}' for n in names)}, "
+            f"PRIMARY KEY ({key}) NOT ENFORCED) WITH ('topic' = '{table}', 'format' = 'upsert-json');")
+    query = (f"INSERT INTO {table} SELECT {columns} FROM (SELECT id, category, v, ROW_NUMBER() OVER "
+             f"(PARTITION BY category ORDER BY v {order}) AS rn FROM events) WHERE {bound}")
+    return [_events(rng, [1, 2, 3])], sink, query, "none"
 
 
 def shape_topn_rank(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
     """Top-2 per category with the row number, over a changelog: rows retracted from the
     top let the next one in, every rank below a new row shifts; ties on v by arrival."""
-    sink = ("CREATE TABLE top2 (category STRING, rn BIGINT, id BIGINT, v BIGINT, "
-            "PRIMARY KEY (category, rn) NOT ENFORCED) WITH ('topic' = 'top2', 'format' = 'upsert-json');")
-    query = ("INSERT INTO top2 SELECT category, rn, id, v FROM "
-             f"(SELECT id, category, v, {_RANKED.format(order='DESC')}) WHERE rn <= 2")
-    return [_events(rng, [1, 2, 3])], sink, query, "none"
+    return _ranked(rng, "top2", "category, rn, id, v", "category, rn", "DESC", "rn <= 2")
 
 
 def shape_dedup_first(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
     """Deduplication (rn = 1, the row number not read): per category the row with the
     smallest v, the earliest of equal ones; keyed by the partition key."""
-    sink = ("CREATE TABLE firsts (category STRING, id BIGINT, v BIGINT, "
-            "PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'firsts', 'format' = 'upsert-json');")
-    query = ("INSERT INTO firsts SELECT category, id, v FROM "
-             f"(SELECT id, category, v, {_RANKED.format(order='ASC')}) WHERE rn = 1")
-    return [_events(rng, [1, 2, 3])], sink, query, "none"
+    return _ranked(rng, "firsts", "category, id, v", "category", "ASC", "rn = 1")
 
 
 def shape_topn_by_id(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
     """Top-2 without the row number into a sink keyed by the source PK: the rank has no
     upsert key there (id does not contain the partition key), so the materializer resolves
     a row that moves between categories."""
-    sink = ("CREATE TABLE tops (id BIGINT, category STRING, v BIGINT, "
-            "PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'tops', 'format' = 'upsert-json');")
-    query = ("INSERT INTO tops SELECT id, category, v FROM "
-             f"(SELECT id, category, v, {_RANKED.format(order='DESC')}) WHERE rn <= 2")
-    return [_events(rng, [1, 2, 3])], sink, query, "none"
+    return _ranked(rng, "tops", "id, category, v", "id", "DESC", "rn <= 2")
 
 
 SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
