@@ -213,3 +213,9 @@ def test_ties_last_keeps_the_latest_of_equal_sort_keys():
     assert h.run([c("+I", 1, "a", 7, pos=1), c("+I", 1, "b", 7, pos=2)]) == [("+I", (1, "b", 7, None), (2,))]
     assert h.run([c("+I", 1, "c", 7, pos=3)]) == [("-U", (1, "b", 7, None), (3,)), ("+U", (1, "c", 7, None), (3,))]
     assert h.run([c("+I", 1, "d", 6, pos=4)]) == []
+
+
+def test_changes_without_a_source_position():
+    h = Host(rank())
+    assert h.run([Change("+I", (1, "a", 1)), Change("+I", (1, "b", 2))]) == [
+        ("+I", (1, "b", 2, 1), ()), ("+I", (1, "a", 1, 2), ())]

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
@@ -96,7 +97,7 @@ class RankKernel:
         """The batch's changes, one row per change, in the canonical order, with the row
         columns named ``f0``... and typed as the planner typed them."""
         table = batch.table()
-        if table.num_rows and pa.compute.max(pa.compute.abs(table.column(WEIGHT))).as_py() > 1:
+        if table.num_rows and pc.max(pc.abs(table.column(WEIGHT))).as_py() > 1:  # net weights: one row per change
             table = ChangeBatch.from_changes(batch.changes()).table()
         row_cols = [c for c in table.column_names if not c.startswith("$")]
         table = table.rename_columns([self.rows[row_cols.index(c)] if c in row_cols else c for c in table.column_names])
@@ -106,7 +107,7 @@ class RankKernel:
         return pl.from_arrow(sorted_table(table)).drop(KIND)
 
     def _old_rows(self, state: pl.DataFrame | None, touched: pl.DataFrame) -> pl.DataFrame:
-        """The touched partitions' stored rows, in stored (rank) order, with their old rank."""
+        """The touched partitions' stored rows, in stored (rank) order, marked as stored."""
         if state is None:
             return touched.clear()
         old = state.join(touched, on=self.part, how="semi", nulls_equal=True, maintain_order="left")
@@ -147,9 +148,6 @@ class RankKernel:
     def _emitted(self, old: pl.DataFrame, new: pl.DataFrame, batch: pl.DataFrame) -> ChangeBatch:
         stage = self.stage
         pos = sorted(c for c in batch.columns if c.startswith(POS_PREFIX))
-        emit_pos = batch.sort(pos, nulls_last=False).group_by(self.part, maintain_order=True).agg(
-            pl.struct(pos).last().alias(_EMIT_POS)
-        )
         in_range = pl.col(_RANK).is_between(stage.start, stage.end)
         if old.height:
             old_ranked = old.with_columns((pl.int_range(pl.len(), dtype=pl.Int64).over(self.part) + 1).alias(_RANK))
@@ -163,7 +161,9 @@ class RankKernel:
             changes = self._per_row(before, after)
         if changes.height == 0:
             return ChangeBatch(changes=[])
-        changes = changes.join(emit_pos, on=self.part, how="left", nulls_equal=True).unnest(_EMIT_POS)
+        if pos:  # every change of a partition at the greatest position of its batch changes
+            emit_pos = batch.sort(pos, nulls_last=False).group_by(self.part).agg(pl.struct(pos).last().alias(_EMIT_POS))
+            changes = changes.join(emit_pos, on=self.part, how="left", nulls_equal=True).unnest(_EMIT_POS)
         rank = pl.col(_RANK) if stage.output_rank else pl.lit(None, pl.Int64)
         rows = changes.select(*self.rows, rank.alias(f"f{len(self.rows)}"))
         table = rows.to_arrow()
