@@ -2,7 +2,7 @@
 changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
-``select``, ``join`` and ``aggregate`` build stages, ``sink`` applies the sink policy;
+``select``, ``join``, ``aggregate`` and ``rank`` build stages, ``sink`` applies the sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from tidemark.engine.errors import SqlError
 from tidemark.engine.expressions import col_index, col_ref
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.keys import project_keys
@@ -189,7 +190,7 @@ class RankPlanner(PlanGraph):
             try:
                 if scope.resolve(node) == position:
                     return True
-            except Exception:  # a column of a nested query: not this scope's
+            except SqlError:  # a column of a nested query: not this scope's
                 continue
         return False
 
