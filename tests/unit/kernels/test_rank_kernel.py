@@ -219,3 +219,18 @@ def test_changes_without_a_source_position():
     h = Host(rank())
     assert h.run([Change("+I", (1, "a", 1)), Change("+I", (1, "b", 2))]) == [
         ("+I", (1, "b", 2, 1), ()), ("+I", (1, "a", 1, 2), ())]
+
+
+def test_per_key_entry_gives_the_kernels_changes():
+    """``Rank.process_key`` (for hosts that call stages per key) runs the kernel on one
+    partition: same changes as the kernel over the whole batch."""
+    from tidemark.engine.driver import Bucket, PerKeyAdapter
+
+    batches = [[c("+I", 1, "a", 1, pos=1), c("+I", 2, "b", 2, pos=2), c("+I", 1, "c", 3, pos=3)],
+               [c("-D", 1, "c", 3, pos=4), c("+I", 2, "d", 5, pos=5)]]
+    h = Host(rank())
+    adapter, bucket = PerKeyAdapter(rank()), Bucket()
+    for batch in batches:
+        expected = sorted(h.run(batch), key=repr)
+        bucket, out = adapter.process_batch([ChangeBatch(changes=batch)], bucket, BatchContext())
+        assert sorted(((x.kind, x.row, x.pos) for x in out.changes()), key=repr) == expected
