@@ -196,6 +196,12 @@ class Pipeline:
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
             out.append(f"aggregates: {', '.join(d['aggregates']) or '(none: SELECT DISTINCT)'}")
+        elif n.kind == "rank":
+            out.append(f"partition by: {', '.join(d['partition_by']) or '(none: one partition)'}   "
+                       f"order by: {', '.join(d['order_by'])}")
+            out.append(f"rows: {d.get('range')}   row number: {d.get('row_number')}   input: {d.get('input')}")
+            if d.get("deduplicate"):
+                out.append(f"deduplicate: {d['deduplicate']}")
         elif n.kind == "calc" and n.stage is not None:
             spark = n.stage.to_spark_sql()
             if spark["filter"] is not None:

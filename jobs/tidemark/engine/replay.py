@@ -100,7 +100,8 @@ class ReplayHost:
 
     @property
     def state(self) -> dict[int, dict[tuple, Any]]:
-        """node id -> key -> that key's state (``(key, state)`` for stages with timers)."""
+        """node id -> key -> that key's state (``(key, state)`` for stages with timers), for
+        the stages that keep state per key (a typed-state kernel keeps one value per bucket)."""
         return {node_id: b.states for node_id, b in self._buckets.items() if isinstance(b, Bucket)}
 
     @property

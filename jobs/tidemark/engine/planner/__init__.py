@@ -2,7 +2,7 @@
 changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
-``select``, ``join`` and ``aggregate`` build stages, ``window`` event time and windows,
+``select``, ``join``, ``aggregate`` and ``rank`` build stages, ``window`` event time and windows,
 ``sink`` applies the sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
@@ -13,6 +13,7 @@ from tidemark.engine.errors import PlanError
 from tidemark.engine.planner.aggregate import AggregatePlanner
 from tidemark.engine.planner.join import JoinPlanner
 from tidemark.engine.planner.node import Node, format_key
+from tidemark.engine.planner.rank import RankPlanner
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
 from tidemark.engine.planner.window import WindowPlanner
@@ -20,7 +21,7 @@ from tidemark.engine.planner.window import WindowPlanner
 __all__ = ["Node", "Planner", "format_key"]
 
 
-class Planner(WindowPlanner, SelectPlanner, JoinPlanner, AggregatePlanner, SinkPlanner):
+class Planner(WindowPlanner, SelectPlanner, JoinPlanner, AggregatePlanner, RankPlanner, SinkPlanner):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 
     def plan(self) -> list[Node]:
@@ -32,6 +33,7 @@ class Planner(WindowPlanner, SelectPlanner, JoinPlanner, AggregatePlanner, SinkP
                 f"SET 'table.exec.sink.upserts.compaction-mode' = '{mode}': expected one of {', '.join(COMPACTION_MODES)}"
             )
         body = self.insert(ins)
+        self.check_ranks_bounded()
         self.finish(ins, body)
         for n in self.nodes:
             n.detail.pop("composable", None)
