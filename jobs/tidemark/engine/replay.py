@@ -34,7 +34,7 @@ from tidemark.engine.changelog import Change, canonical_sorted
 from tidemark.engine.driver import BatchStage, Bucket, batch_stage
 from tidemark.engine.errors import InputError
 from tidemark.engine.pipeline import Pipeline
-from tidemark.engine.stage import BatchContext, uses_timers
+from tidemark.engine.stage import BatchContext, run_stateless, uses_timers
 
 
 def _pk_of(row: tuple, pk: Sequence[int]) -> tuple:
@@ -131,7 +131,7 @@ class ReplayHost:
                 self._buckets[node.id] = bucket
                 outputs[node.id] = out.changes()
             else:
-                outputs[node.id] = node.stage.process(outputs[node.inputs[0]])
+                outputs[node.id] = run_stateless(node.stage, [outputs[i] for i in node.inputs])
         apply_to_table(self._table, sink_changes, self._sink_pk, ctx.metrics)
         ctx.metrics["sink_changes"] += len(sink_changes)
         self.metrics.update(ctx.metrics)

@@ -2,7 +2,7 @@
 changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
-``select``, ``join`` and ``aggregate`` build stages, ``sink`` applies the sink policy;
+``select``, ``join``, ``aggregate`` and ``union`` build stages, ``sink`` applies the sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
 
@@ -14,11 +14,12 @@ from tidemark.engine.planner.join import JoinPlanner
 from tidemark.engine.planner.node import Node, format_key
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
+from tidemark.engine.planner.union import UnionPlanner
 
 __all__ = ["Node", "Planner", "format_key"]
 
 
-class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, SinkPlanner):
+class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, UnionPlanner, SinkPlanner):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 
     def plan(self) -> list[Node]:
