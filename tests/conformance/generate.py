@@ -363,6 +363,30 @@ def shape_functions(rng: random.Random, strategy: str) -> tuple[list[TableSpec],
     return tables, sink, query, "none"
 
 
+_UNION_BRANCHES = ("SELECT s1.level AS k, CAST(s1.id AS INT) AS n, 'lvl' AS a FROM s1 WHERE s1.id <> 3 "
+                   "UNION ALL SELECT id, id, attr FROM s2")
+
+
+def shape_union_all(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """UNION ALL of two CDC tables into a sink keyed by a column both branches write (s1's
+    level, s2's id: the same values), so rows of either branch conflict; the branches' types
+    differ (INT widens to BIGINT, a CHAR literal and STRING to STRING)."""
+    tables = _s1_s2(rng, rng.choice(["debezium-json", "upsert-json"]), ["a1", "b1"])
+    sink = ("CREATE TABLE tu (k BIGINT, n BIGINT, a STRING, PRIMARY KEY (k) NOT ENFORCED) "
+            "WITH ('topic' = 'tu', 'format' = 'upsert-json');")
+    query = f"INSERT INTO tu SELECT k, n, a FROM ({_UNION_BRANCHES}) u"
+    return tables, sink, query, "possible"
+
+
+def shape_union_agg(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """An aggregate over a UNION ALL in a CTE: retractions from both branches reach one group."""
+    tables = _s1_s2(rng, rng.choice(["debezium-json", "upsert-json"]), ["a1", "b1"])
+    sink = ("CREATE TABLE tg (k BIGINT, c BIGINT, total BIGINT, PRIMARY KEY (k) NOT ENFORCED) "
+            "WITH ('topic' = 'tg', 'format' = 'upsert-json');")
+    query = f"INSERT INTO tg WITH u AS ({_UNION_BRANCHES}) SELECT k, COUNT(*), SUM(n) FROM u GROUP BY k"
+    return tables, sink, query, "none"
+
+
 SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
     "join_id": shape_join_id,
     "left_join_id": shape_left_join_id,
@@ -375,6 +399,8 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
     "filter_distinct_agg": shape_filter_distinct_agg,
     "cte_distinct": shape_cte_distinct,
     "functions": shape_functions,
+    "union_all": shape_union_all,
+    "union_agg": shape_union_agg,
 }
 
 
@@ -439,6 +465,20 @@ def _s1_s2_ids(a: dict, b: dict | None) -> tuple:
     return (a["id"], b["id"] if b else None)
 
 
+def _union_branches(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
+    return ([(("s1", a["id"]), (a["level"], a["id"], "lvl")) for a in t["s1"] if a["id"] != 3]
+            + [(("s2", b["id"]), (b["id"], b["id"], b["attr"])) for b in t["s2"]])
+
+
+def _union_agg(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
+    groups: dict[Any, list[int]] = {}
+    for _, (k, n, _a) in _union_branches(t):
+        g = groups.setdefault(k, [0, 0])
+        g[0] += 1
+        g[1] += n
+    return [(k, (k, c, total)) for k, (c, total) in groups.items()]
+
+
 #: shape -> the query's rows with their lineage: ``(identity, row)`` where ``identity`` names
 #: what the row comes from and keeps naming it across changes (the source row for a
 #: projection, the (s1, s2) pair for a join, the group for an aggregate), so a row can be
@@ -463,6 +503,8 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
     "filter_distinct_agg": _filter_distinct_agg,
     "cte_distinct": lambda t: [((c, r), (c, r)) for c, r in sorted({(e["category"], e["region"]) for e in t["events"]})],
     "functions": lambda t: [(r["id"], _functions(r)) for r in t["s"]],
+    "union_all": _union_branches,
+    "union_agg": _union_agg,
 }
 
 
@@ -473,6 +515,7 @@ LINEAGE_IDENTITY: dict[str, str] = {
     "agg_by_sub_key": "group (category, region)", "projection": "s.id", "projection_keep_id": "s.id",
     "comma_join_between": "(s1.id, s2.id)", "filter_distinct_agg": "group (category)",
     "cte_distinct": "group (category, region)", "functions": "s.id",
+    "union_all": "(branch table, its id)", "union_agg": "group (k)",
 }
 
 

@@ -2,7 +2,7 @@
 changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
-``select``, ``join``, ``aggregate`` and ``union`` build stages, ``sink`` applies the sink policy;
+``select``, ``join``, ``lookup``, ``aggregate`` and ``union`` build stages, ``sink`` applies the sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from tidemark.engine.errors import PlanError
 from tidemark.engine.planner.aggregate import AggregatePlanner
 from tidemark.engine.planner.join import JoinPlanner
+from tidemark.engine.planner.lookup import LookupPlanner
 from tidemark.engine.planner.node import Node, format_key
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
@@ -19,7 +20,7 @@ from tidemark.engine.planner.union import UnionPlanner
 __all__ = ["Node", "Planner", "format_key"]
 
 
-class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, UnionPlanner, SinkPlanner):
+class Planner(SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, UnionPlanner, SinkPlanner):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 
     def plan(self) -> list[Node]:
