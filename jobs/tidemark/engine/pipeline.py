@@ -130,6 +130,8 @@ class Pipeline:
                 head += f" {n.detail['join_type']}"
                 if n.detail.get("strategy") == "delta":
                     head += f" (delta join, {n.detail['delta_join']['consistency']})"
+            elif n.kind == "lookup_join":
+                head += f" {n.detail['join_type']} {n.detail['table']} (FOR SYSTEM_TIME AS OF processing time)"
             elif n.kind == "materializer":
                 head += f" ON CONFLICT DO {n.detail['strategy']}"
             elif n.kind == "merge_engine":
@@ -183,6 +185,10 @@ class Pipeline:
                 cache = "cache: off" if not dj["cache_enabled"] else (
                     f"cache: {dj['cache_sizes']['left']} left / {dj['cache_sizes']['right']} right join keys (LRU)")
                 out.append(cache)
+        elif n.kind == "lookup_join":
+            out.append("on: " + " AND ".join(d["on"]))
+            if d.get("residual"):
+                out.append(f"residual: {d['residual']}")
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
             out.append(f"aggregates: {', '.join(d['aggregates']) or '(none: SELECT DISTINCT)'}")
