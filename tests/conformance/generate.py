@@ -414,22 +414,22 @@ def _stream_and_dimension(rng: random.Random) -> list[TableSpec]:
     ]
 
 
-def shape_lookup_join(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
-    """A lookup join with a condition on the dimension beside the key."""
+def _lookup_shape(rng: random.Random, join: str) -> tuple[list[TableSpec], str, str, str]:
+    """``s1 <join> s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON ...`` into a sink keyed by s1.id."""
     sink = ("CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) "
             "WITH ('topic' = 't1', 'format' = 'upsert-json');")
-    query = ("INSERT INTO t1 SELECT s1.id, s1.level, d.attr FROM s1 "
-             "JOIN s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON s1.level = d.id AND d.attr <> 'c1'")
+    query = f"INSERT INTO t1 SELECT s1.id, s1.level, d.attr FROM s1 {join}"
     return _stream_and_dimension(rng), sink, query, "none"
+
+
+def shape_lookup_join(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """A lookup join with a condition on the dimension beside the key."""
+    return _lookup_shape(rng, "JOIN s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON s1.level = d.id AND d.attr <> 'c1'")
 
 
 def shape_lookup_left_join(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
     """A LEFT lookup join on an expression of the stream: rows without a partner are padded."""
-    sink = ("CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) "
-            "WITH ('topic' = 't1', 'format' = 'upsert-json');")
-    query = ("INSERT INTO t1 SELECT s1.id, s1.level, d.attr FROM s1 "
-             "LEFT JOIN s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON s1.level + 10 = d.id")
-    return _stream_and_dimension(rng), sink, query, "none"
+    return _lookup_shape(rng, "LEFT JOIN s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON s1.level + 10 = d.id")
 
 
 SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
