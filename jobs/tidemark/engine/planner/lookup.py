@@ -11,6 +11,9 @@ What the planner checks, each refusal naming the construct and its position:
 - ON holds at least one equality between a dimension column and an expression over the
   stream's columns; every other condition is evaluated on the joined row.
 
+The stage knows which index of the dimension its join key covers, so a host with an index
+service can look the dimension up there instead of keeping it in state.
+
 Upsert keys follow the regular join's rule (``keys.join_keys``): the stage repartitions
 the stream by the join key as a join does. The output is append-only when the stream is:
 dimension changes never emit.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from tidemark.engine.catalog import TableDef
 from tidemark.engine.expressions import RowPredicate, check_supported, col_index, referenced_columns, to_spark_sql
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.keys import join_keys
@@ -27,6 +31,7 @@ from tidemark.engine.planner.node import Key
 from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
 from tidemark.engine.planner.scope import Scope
 from tidemark.engine.sql import describe, is_proctime_call, sql_error
+from tidemark.index_client.store import PRIMARY
 
 
 class LookupPlanner(PlanGraph):
@@ -84,9 +89,11 @@ class LookupPlanner(PlanGraph):
         from tidemark.engine.stages.lookup_join import LookupJoin
 
         name = self._stage_name("lookup_join")
+        index = _covered_index(table, dim_key)
         stage = LookupJoin(
             join_type, stream_key, tuple(dim_key), len(table.columns),
-            residual=RowPredicate(res_expr) if res_expr is not None else None, table=table.name, name=name,
+            residual=RowPredicate(res_expr) if res_expr is not None else None, table=table.name,
+            index=index, name=name,
         )  # fmt: skip
         plain = [col_index(e) for e in stream_key]
         stream_cols = Key(plain) if None not in plain else Key(range(left_width))
@@ -101,6 +108,7 @@ class LookupPlanner(PlanGraph):
                 "table": table.name,
                 "on": [f"{to_spark_sql(e, names)} = {names[left_width + d]}" for e, d in zip(stream_key, dim_key)],
                 "residual": to_spark_sql(res_expr, names) if res_expr is not None else None,
+                "index": index[0] if index is not None else None,
             },
         )  # fmt: skip
         return node.id
@@ -157,6 +165,19 @@ class LookupPlanner(PlanGraph):
             elif node.kind != "calc":
                 return False
             node = self.node(node.inputs[0])
+
+
+def _covered_index(table: TableDef, dim_key: list[int]) -> tuple[str, tuple[int, ...]] | None:
+    """The dimension's index (``delta_plan.declared_indexes``) whose columns the join key
+    holds, primary key first, as (name, positions in the join key); None without one."""
+    from tidemark.engine.delta_plan import declared_indexes
+
+    names = [table.column_names[d] for d in dim_key]
+    fitting = [(n, cols) for n, cols in declared_indexes(table).items() if set(cols) <= set(names)]
+    if not fitting:
+        return None
+    name, cols = min(fitting, key=lambda f: (f[0] != PRIMARY, len(f[1]), f[0]))
+    return name, tuple(names.index(c) for c in cols)
 
 
 def _key_pair(conj: exp.EQ, left_width: int) -> tuple[exp.Expr, int] | None:
