@@ -15,6 +15,7 @@ from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.lookup_join import LookupJoin
+from tidemark.index_client.pipeline_tables import indexed_tables
 
 DDL = """CREATE TABLE bid (auction BIGINT, price BIGINT, pt AS PROCTIME()) WITH ('topic' = 'bid', 'format' = 'json');
 CREATE TABLE cdc (id BIGINT, auction BIGINT, ts TIMESTAMP(3), PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'cdc', 'format' = 'debezium-json');
@@ -81,6 +82,18 @@ def test_plan_shows_the_lookup_join_with_its_keys_and_the_stream_mode():
     assert node.changelog_mode == "append"
     assert "lookup_join inner side_input (FOR SYSTEM_TIME AS OF processing time)" in p.explain_text()
     assert "on: `auction` % 10 = key" in p.explain_text()
+    assert "dimension rows: index side_input.PRIMARY (Spark: the index service)" in p.explain_text()
+    assert [(t.name, t.history) for t in indexed_tables(p)] == [("side_input", True)]
+
+
+def test_without_an_index_the_join_key_covers_the_dimension_stays_in_state():
+    p = compile_sql(DDL + Q13.replace("= S.key", "= S.key + 0").replace("MOD(B.auction, 10) = S.key + 0",
+                                                                        "CAST(B.auction AS STRING) = S.v"))
+    [node] = [n for n in p.nodes if n.kind == "lookup_join"]
+    assert node.stage.index is None and indexed_tables(p) == []
+    assert "dimension rows: state" in p.explain_text()
+    with pytest.raises(Exception, match="covers no index of table 'side_input'"):
+        node.stage.bind(lambda *a, **k: [])
 
 
 def test_upsert_keys_follow_the_join_rule():

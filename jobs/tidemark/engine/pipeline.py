@@ -189,6 +189,8 @@ class Pipeline:
             out.append("on: " + " AND ".join(d["on"]))
             if d.get("residual"):
                 out.append(f"residual: {d['residual']}")
+            where = f"index {d['table']}.{d['index']} (Spark: the index service)" if d.get("index") else "state"
+            out.append(f"dimension rows: {where}, as of each batch's start")
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
             out.append(f"aggregates: {', '.join(d['aggregates']) or '(none: SELECT DISTINCT)'}")
