@@ -192,3 +192,13 @@ def _sink_rows(pipeline, node, changes):
             return changes
         changes = run_stateless(n.stage, [changes])
     return changes
+
+
+def test_a_subquerys_proctime_item_is_its_processing_time_attribute_as_q13_writes_it():
+    q13_form = ("INSERT INTO out1 SELECT c.auction, c.id, S.v FROM (SELECT *, PROCTIME() AS p FROM cdc) c\n"
+                "JOIN side_input FOR SYSTEM_TIME AS OF c.p AS S ON c.auction = S.key")
+    out = _run(q13_form, [{"side_input": [Change("+I", (5, "five"), (1,))]},
+                          {"cdc": [Change("+I", (1, 5, None), (2,)), Change("+I", (2, 6, None), (3,))]}])
+    assert out[1] == [Change("+I", (5, 1, "five"), (2,))]
+    with pytest.raises(SqlError, match="unknown column 'p'"):  # an attribute, not a column
+        compile_sql(DDL + q13_form.replace("SELECT c.auction, c.id,", "SELECT c.auction, c.p,"))

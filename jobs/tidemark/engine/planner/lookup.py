@@ -3,8 +3,8 @@ s.proc_time [AS d] ON <stream expression> = d.col [AND ...]`` (``stages.lookup_j
 
 What the planner checks, each refusal naming the construct and its position:
 
-- the time attribute is processing time: a table's ``name AS PROCTIME()`` attribute, or a
-  column a query computes as ``PROCTIME()``; any other column would make it an event-time
+- the time attribute is processing time: a table's ``name AS PROCTIME()`` attribute, a FROM
+  subquery's ``PROCTIME() AS name`` item, or a column a query computes as ``PROCTIME()``; any other column would make it an event-time
   temporal join, which is refused (it needs versioned dimension state and watermarks);
 - the dimension is a table with a PRIMARY KEY (its rows are kept per key, as the index
   service keeps a compacted topic's), joined INNER or LEFT;
@@ -128,15 +128,35 @@ class LookupPlanner(PlanGraph):
             attr,
         )
 
+    def without_proctime(self, sub: exp.Subquery) -> exp.Expr:
+        """The query of a FROM subquery, without its ``PROCTIME() AS name`` items: such an
+        item declares the subquery's processing-time attribute (as Nexmark's q13 writes
+        ``(SELECT *, PROCTIME() AS p_time FROM bid) B``), which, like a table's, is no column
+        and may only be named in ``FOR SYSTEM_TIME AS OF``."""
+        q = sub.this
+        if not isinstance(q, exp.Select):
+            return q
+        items = [e for e in q.expressions if isinstance(e, exp.Alias) and is_proctime_call(e.this)]
+        if not items:
+            return q
+        self.derived_proctime[id(sub)] = items[-1].alias
+        q = q.copy()
+        q.set("expressions", [e for e in q.expressions if not (isinstance(e, exp.Alias) and is_proctime_call(e.this))])
+        return q
+
     def _declared_proctime(self, attr: exp.Column, join: exp.Join) -> bool:
-        """A table's ``name AS PROCTIME()`` attribute, read through its name or alias in this FROM."""
+        """A table's ``name AS PROCTIME()`` attribute, or a FROM subquery's ``PROCTIME() AS
+        name`` item, read through its name or alias in this FROM."""
         sel = join.parent
         items = [sel.args["from_"].this, *(j.this for j in sel.args.get("joins") or [])]
         for t in items:
-            if not isinstance(t, exp.Table) or t is join.this:
+            if t is join.this:
                 continue
-            table = self.script.table(t.name)
-            declared = self.script.proctime.get(table.name) if table is not None else None
+            if isinstance(t, exp.Table):
+                table = self.script.table(t.name)
+                declared = self.script.proctime.get(table.name) if table is not None else None
+            else:
+                declared = self.derived_proctime.get(id(t))
             named_here = not attr.table or attr.table.lower() == (t.alias or t.name).lower()
             if declared is not None and named_here and declared.lower() == attr.name.lower():
                 return True

@@ -189,7 +189,7 @@ class SelectPlanner(PlanGraph):
             scope.add(alias, table.column_names, table.types, item)
             return node_id
         if isinstance(item, exp.Subquery):
-            node_id = self.query(item.this)
+            node_id = self.query(self.without_proctime(item))  # LookupPlanner: PROCTIME() AS name
             n = self.node(node_id)
             scope.add(item.alias, n.columns, n.types, item)
             return node_id
