@@ -44,7 +44,7 @@ TODAY_DIALECT: dict[str, str] = {
     "q10": "equal",
     "q11": "not planned: syntax error: Invalid expression / Unexpected token near '('",
     "q12": "not planned: syntax error: Expecting ) near 'B'",
-    "q13": "not planned: unsupported function PROCTIME()",
+    "q13": "equal",
     "q14": "not planned: CREATE FUNCTION is not supported: only CREATE TABLE",
     "q15": "equal",
     "q16": "equal",

@@ -84,6 +84,9 @@ def test_plan_shows_the_lookup_join_with_its_keys_and_the_stream_mode():
     assert "on: `auction` % 10 = key" in p.explain_text()
     assert "dimension rows: index side_input.PRIMARY (Spark: the index service)" in p.explain_text()
     assert [(t.name, t.history) for t in indexed_tables(p)] == [("side_input", True)]
+    from tidemark.spark.delta import delta_joins
+
+    assert delta_joins(p) == [node.stage]  # the Spark job hosts it against the index service
 
 
 def test_without_an_index_the_join_key_covers_the_dimension_stays_in_state():
