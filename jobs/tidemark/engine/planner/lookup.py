@@ -24,6 +24,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from tidemark.engine.catalog import TableDef
+from tidemark.engine.errors import SqlError
 from tidemark.engine.expressions import RowPredicate, check_supported, col_index, referenced_columns, to_spark_sql
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.keys import join_keys
@@ -167,7 +168,7 @@ class LookupPlanner(PlanGraph):
         back through the stages between that calc and this join."""
         try:
             pos = scope.resolve(attr)
-        except Exception:  # noqa: BLE001 - not a column of the stream: not a time attribute
+        except SqlError:  # not a column of the stream: not a time attribute
             return False
         node = self.node(left_id)
         while True:

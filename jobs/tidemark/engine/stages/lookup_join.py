@@ -164,6 +164,3 @@ class LookupJoin:
         for k, cs in by_key.items():
             out.extend(self.process_key(k, [cs, []], found.get(k), ctx)[1])
         return out
-
-    def describe(self) -> dict[str, Any]:
-        return {"table": self.table, "join_type": self.join_type, "index": self.index[0] if self.index else None}

@@ -10,7 +10,6 @@ a branch that needs widening before it reaches the union).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from tidemark.engine.changelog import Change
 
@@ -28,6 +27,3 @@ class Union:
         if len(inputs) != self.n_inputs:
             raise ValueError(f"stage '{self.name}' has {self.n_inputs} inputs, got {len(inputs)} lists of changes")
         return [c for changes in inputs for c in changes]
-
-    def describe(self) -> dict[str, Any]:
-        return {"inputs": self.n_inputs}
