@@ -37,7 +37,10 @@ def test_comma_join_replays_like_join_on(tmp_path: Path):
     "query, message",
     [
         ("INSERT INTO t1 SELECT s1.id, s1.`level`, s2.attr FROM s1, s2", "comma join with s2 has no join condition in WHERE (a cross join)"),
-        ("INSERT INTO t1 SELECT id, `level`, attr FROM (SELECT * FROM s1 UNION ALL SELECT id, id, attr FROM s2) u", "UNION ALL is not supported yet"),
+        ("INSERT INTO t1 SELECT id, `level`, attr FROM (SELECT * FROM s1 EXCEPT SELECT id, id, attr FROM s2) u", "EXCEPT is not supported"),
+        ("INSERT INTO t1 SELECT id, `level`, 'x' FROM s1 INTERSECT SELECT id, id, attr FROM s2", "INTERSECT is not supported"),
+        ("INSERT INTO t1 SELECT s1.id, s1.`level`, s2.attr FROM s1 JOIN s2 FOR SYSTEM_TIME AS OF s1.`level` ON s1.`level` = s2.id",
+         "s2 FOR SYSTEM_TIME AS OF ... (a temporal join) is not supported yet on event time"),
         ("INSERT INTO t1 WITH c AS (SELECT * FROM c) SELECT id, `level`, 'x' FROM c", "'c' refers to itself"),
     ],
 )

@@ -112,6 +112,8 @@ _INSERT_RE = re.compile(r"^\s*INSERT\s+INTO\s+" + _IDENT, re.I)
 _SET_RE = re.compile(r"^\s*SET\s+'([^']+)'\s*=\s*'([^']*)'\s*$", re.I | re.S)
 #: statements run as written after the tables are created (Nexmark's q12 and q14 use them)
 _PASSTHROUGH_RE = re.compile(r"^\s*CREATE\s+(?:TEMPORARY\s+)?(?:VIEW|FUNCTION)\b", re.I)
+#: a computed column (``name AS expr``) in a column list: Flink computes it, the input has none
+_COMPUTED_RE = re.compile(r"[(,]\s*" + _IDENT + r"\s+AS\s", re.I)
 _CONFLICT_RE = re.compile(r"\bON\s+CONFLICT\s+DO\s+(NOTHING|ERROR|DEDUPLICATE)\b", re.I)
 
 

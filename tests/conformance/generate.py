@@ -50,9 +50,13 @@ class TableSpec:
     pk_values: Callable[[random.Random, set], Any]
     unique: str | None = None  # a column kept unique among active rows (ERROR-safe variants)
     weight: float = 1.0
+    #: loaded whole in the first batch and never changed (a lookup join's dimension)
+    static: bool = False
+    #: extra schema entries after the columns (e.g. a processing-time attribute)
+    extra: str = ""
 
     def ddl(self) -> str:
-        cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)
+        cols = ", ".join([*(f"{c.name} {c.type}" for c in self.columns), *([self.extra] if self.extra else [])])
         return (f"CREATE TABLE {self.name} ({cols}, PRIMARY KEY ({self.pk}) NOT ENFORCED) "
                 f"WITH ('topic' = '{self.name}', 'format' = '{self.format}');")
 
@@ -74,10 +78,13 @@ class Workload:
     options: dict[str, str] = field(default_factory=dict)
     #: PK column per keyed source table (append-only tables have none)
     pks: dict[str, str] = field(default_factory=dict)
+    #: the SQL Flink runs when it differs from Tidemark's (a lookup join over a static
+    #: dimension is Flink's regular join: the oracle's sources are not lookup sources)
+    flink_sql: str | None = None
 
     def spec_case(self) -> dict[str, Any]:
         """This workload as a case of ``flink_oracle.py``'s job spec."""
-        return {"id": self.name, "sql": self.sql, "inputs": self.inputs, "options": self.options}
+        return {"id": self.name, "sql": self.flink_sql or self.sql, "inputs": self.inputs, "options": self.options}
 
     def n_batches(self) -> int:
         return max(len(b) for b in self.inputs.values())
@@ -156,13 +163,21 @@ class _Source:
 def _changelog(specs: list[TableSpec], rng: random.Random, n_batches: int, max_changes: int,
                shape: str) -> dict[str, list[list[dict]]]:
     sources = [_Source(s, rng) for s in specs]
-    weights = [s.weight for s in specs]
+    changing = [s for s in sources if not s.spec.static]
+    weights = [s.spec.weight for s in changing]
     out: dict[str, list[list[dict]]] = {s.name: [] for s in specs}
     seq = 0
-    for _ in range(n_batches):
+    for b in range(n_batches):
         batch: dict[str, list[dict]] = {s.name: [] for s in specs}
-        for _ in range(rng.randint(1, max_changes)):
-            src = rng.choices(sources, weights)[0]
+        for src in (s for s in sources if s.spec.static and b == 0):
+            while (pk := src.spec.pk_values(rng, set(src.rows))) is not None and rng.random() < 0.85:
+                row = src._new_row(pk)
+                src.rows[pk] = row
+                seq += 1
+                batch[src.spec.name].append({"kind": "+I", "row": dict(row), "seq": seq})
+        static_load = b == 0 and len(changing) < len(sources)  # the dimension alone, before the stream
+        for _ in range(0 if static_load else rng.randint(1, max_changes)):
+            src = rng.choices(changing, weights)[0]
             before_rows = {k: dict(v) for k, v in src.rows.items()}
             before = _query(shape, sources)
             recs = src.change(seq + 1)
@@ -395,6 +410,58 @@ def shape_topn_by_id(rng: random.Random, strategy: str) -> tuple[list[TableSpec]
     upsert key there (id does not contain the partition key), so the materializer resolves
     a row that moves between categories."""
     return _ranked(rng, "tops", "id, category, v", "id", "DESC", "rn <= 2")
+_UNION_BRANCHES = ("SELECT s1.level AS k, CAST(s1.id AS INT) AS n, 'lvl' AS a FROM s1 WHERE s1.id <> 3 "
+                   "UNION ALL SELECT id, id, attr FROM s2")
+
+
+def shape_union_all(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """UNION ALL of two CDC tables into a sink keyed by a column both branches write (s1's
+    level, s2's id: the same values), so rows of either branch conflict; the branches' types
+    differ (INT widens to BIGINT, a CHAR literal and STRING to STRING)."""
+    tables = _s1_s2(rng, rng.choice(["debezium-json", "upsert-json"]), ["a1", "b1"])
+    sink = ("CREATE TABLE tu (k BIGINT, n BIGINT, a STRING, PRIMARY KEY (k) NOT ENFORCED) "
+            "WITH ('topic' = 'tu', 'format' = 'upsert-json');")
+    query = f"INSERT INTO tu SELECT k, n, a FROM ({_UNION_BRANCHES}) u"
+    return tables, sink, query, "possible"
+
+
+def shape_union_agg(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """An aggregate over a UNION ALL in a CTE: retractions from both branches reach one group."""
+    tables = _s1_s2(rng, rng.choice(["debezium-json", "upsert-json"]), ["a1", "b1"])
+    sink = ("CREATE TABLE tg (k BIGINT, c BIGINT, total BIGINT, PRIMARY KEY (k) NOT ENFORCED) "
+            "WITH ('topic' = 'tg', 'format' = 'upsert-json');")
+    query = f"INSERT INTO tg WITH u AS ({_UNION_BRANCHES}) SELECT k, COUNT(*), SUM(n) FROM u GROUP BY k"
+    return tables, sink, query, "none"
+
+
+def _stream_and_dimension(rng: random.Random) -> list[TableSpec]:
+    """s1 (a CDC stream with a processing-time attribute) and s2, a dimension loaded whole
+    before the stream and never changed: where a lookup join equals Flink's regular join."""
+    levels = [10, 20, 30]
+    return [
+        TableSpec("s1", [Column("id", "BIGINT"), Column("level", "BIGINT", _pick(levels))], "id",
+                  rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(6), extra="pt AS PROCTIME()"),
+        TableSpec("s2", [Column("id", "BIGINT"), Column("attr", "STRING", _pick(["a1", "b1", "c1"]))], "id",
+                  rng.choice(["debezium-json", "upsert-json"]), _from_domain(levels + [40]), static=True),
+    ]
+
+
+def _lookup_shape(rng: random.Random, join: str) -> tuple[list[TableSpec], str, str, str]:
+    """``s1 <join> s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON ...`` into a sink keyed by s1.id."""
+    sink = ("CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) "
+            "WITH ('topic' = 't1', 'format' = 'upsert-json');")
+    query = f"INSERT INTO t1 SELECT s1.id, s1.level, d.attr FROM s1 {join}"
+    return _stream_and_dimension(rng), sink, query, "none"
+
+
+def shape_lookup_join(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """A lookup join with a condition on the dimension beside the key."""
+    return _lookup_shape(rng, "JOIN s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON s1.level = d.id AND d.attr <> 'c1'")
+
+
+def shape_lookup_left_join(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """A LEFT lookup join on an expression of the stream: rows without a partner are padded."""
+    return _lookup_shape(rng, "LEFT JOIN s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON s1.level + 10 = d.id")
 
 
 SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
@@ -412,6 +479,10 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
     "topn_rank": shape_topn_rank,
     "dedup_first": shape_dedup_first,
     "topn_by_id": shape_topn_by_id,
+    "union_all": shape_union_all,
+    "union_agg": shape_union_agg,
+    "lookup_join": shape_lookup_join,
+    "lookup_left_join": shape_lookup_left_join,
 }
 
 #: shapes whose upsert key is the sink's primary key: no materializer, so one change adding
@@ -490,6 +561,20 @@ def _s1_s2_ids(a: dict, b: dict | None) -> tuple:
     return (a["id"], b["id"] if b else None)
 
 
+def _union_branches(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
+    return ([(("s1", a["id"]), (a["level"], a["id"], "lvl")) for a in t["s1"] if a["id"] != 3]
+            + [(("s2", b["id"]), (b["id"], b["id"], b["attr"])) for b in t["s2"]])
+
+
+def _union_agg(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
+    groups: dict[Any, list[int]] = {}
+    for _, (k, n, _a) in _union_branches(t):
+        g = groups.setdefault(k, [0, 0])
+        g[0] += 1
+        g[1] += n
+    return [(k, (k, c, total)) for k, (c, total) in groups.items()]
+
+
 #: shape -> the query's rows with their lineage: ``(identity, row)`` where ``identity`` names
 #: what the row comes from and keeps naming it across changes (the source row for a
 #: projection, the (s1, s2) pair for a join, the group for an aggregate), so a row can be
@@ -518,6 +603,13 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
                             for rn, e in _top(t["events"], 2, True)],
     "dedup_first": lambda t: [(e["category"], (e["category"], e["id"], e["v"])) for _, e in _top(t["events"], 1, False)],
     "topn_by_id": lambda t: [(e["id"], (e["id"], e["category"], e["v"])) for _, e in _top(t["events"], 2, True)],
+    "union_all": _union_branches,
+    "union_agg": _union_agg,
+    "lookup_join": lambda t: [(_s1_s2_ids(a, b), (a["id"], a["level"], b["attr"]))
+                              for a, b in _join(t["s1"], t["s2"], "level", "id") if b["attr"] != "c1"],
+    "lookup_left_join": lambda t: [(_s1_s2_ids(a, b), (a["id"], a["level"], b["attr"] if b else None))
+                                   for a, b in _join([{**a, "k": a["level"] + 10} for a in t["s1"]], t["s2"],
+                                                     "k", "id", outer=True)],
 }
 
 
@@ -529,6 +621,8 @@ LINEAGE_IDENTITY: dict[str, str] = {
     "comma_join_between": "(s1.id, s2.id)", "filter_distinct_agg": "group (category)",
     "cte_distinct": "group (category, region)", "functions": "s.id",
     "topn_rank": "(category, rank)", "dedup_first": "category", "topn_by_id": "events.id",
+    "union_all": "(branch table, its id)", "union_agg": "group (k)",
+    "lookup_join": "(s1.id, s2.id)", "lookup_left_join": "(s1.id, s2.id)",
 }
 
 
@@ -797,9 +891,10 @@ def generate(seed: int, shape: str | None = None, strategy: str | None = None,
     n = n_batches or rng.randint(3, 8)
     inputs = _changelog(specs, rng, n, max_changes, shape)
     sql = "\n".join([*(s.ddl() for s in specs), sink_ddl, f"{query}\n  ON CONFLICT DO {strategy};"])
+    flink_sql = re.sub(r"\s+FOR SYSTEM_TIME AS OF \S+", "", sql) if "FOR SYSTEM_TIME" in sql else None
     return Workload(name=f"{shape}-{strategy}-{seed}", shape=shape, strategy=strategy, seed=seed,
                     sql=sql, inputs=inputs, conflicts=conflicts,
-                    pks={s.name: s.pk for s in specs if s.format != "json"})
+                    pks={s.name: s.pk for s in specs if s.format != "json"}, flink_sql=flink_sql)
 
 
 #: Flink's other DEDUPLICATE implementation (SinkUpsertMaterializerV2 on a sequenced multiset)

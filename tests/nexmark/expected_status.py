@@ -41,7 +41,7 @@ TODAY_DIALECT: dict[str, str] = {
     "q10": "equal",
     "q11": "not planned: SESSION: 'dateTime' is not an event-time column",
     "q12": _PROCTIME,
-    "q13": _PROCTIME,
+    "q13": "equal",
     "q14": "not planned: CREATE FUNCTION is not supported: only CREATE TABLE",
     "q15": "equal",
     "q16": "equal",
@@ -90,8 +90,6 @@ NO_ORACLE: dict[str, str] = {
           "found in any table; Nexmark's file says Flink does not support it)",
     "q12": "processing-time windows: which bids share a window depends on the wall clock "
            "(Flink's table on the generated data is empty, the job ends before a window fires)",
-    "q13": "the oracle's source is not a lookup source (TableException: Processing-time temporal "
-           "join is not supported yet)",
     "q14": "the UDF is Nexmark's Java class (ClassNotFoundException: "
            "com.github.nexmark.flink.udf.CountChar), not part of this repository",
 }

@@ -18,7 +18,7 @@ CREATE TABLE ka (k BIGINT, v BIGINT, x BIGINT, PRIMARY KEY (k) NOT ENFORCED) WIT
     "query, message, col",
     [
         ("INSERT INTO ka SELECT k, v, SUM(w) OVER (PARTITION BY v) FROM a", "window function SUM(w) OVER (PARTITION BY v) is not supported", 29),
-        ("INSERT INTO ka SELECT k, v, w FROM a UNION ALL SELECT k, x, x FROM b", "UNION ALL is not supported yet", None),
+        ("INSERT INTO ka SELECT k, v, w FROM a INTERSECT SELECT k, x, x FROM b", "INTERSECT is not supported (UNION ALL and UNION are)", None),
         ("INSERT INTO ka SELECT DISTINCT v, COUNT(*), 1 FROM a GROUP BY v", "SELECT DISTINCT with GROUP BY or aggregates is not supported", None),
         ("INSERT INTO ka SELECT k, v, w FROM a LIMIT 10", "LIMIT in a streaming query is not supported", 44),
         ("INSERT INTO ka SELECT k, v, w FROM a WHERE k IN (SELECT k FROM b)", "subquery in an expression", None),
@@ -44,7 +44,9 @@ CREATE TABLE ka (k BIGINT, v BIGINT, x BIGINT, PRIMARY KEY (k) NOT ENFORCED) WIT
         ("INSERT INTO ka SELECT * FROM a", "the query produces 4 columns (k, v, w, s) but 3 are expected", None),
         ("INSERT INTO ka SELECT k, v, w FROM (SELECT k, v, w FROM a ORDER BY v) t", "ORDER BY in a streaming query is not supported", None),
         ("WITH c AS (SELECT k, v, w FROM c) INSERT INTO ka SELECT k, v, w FROM c", "'c' refers to itself (recursive views and CTEs are not supported)", None),
-        ("INSERT INTO ka SELECT k, v, w FROM a\nUNION SELECT k, x, x FROM b", "UNION is not supported", None),
+        ("INSERT INTO ka SELECT k, v, w FROM a\nEXCEPT SELECT k, x, x FROM b", "EXCEPT is not supported", None),
+        ("INSERT INTO ka SELECT k, v, w FROM a UNION ALL SELECT k, x FROM b", "UNION branches give different numbers of columns: the first gives 3 (k, v, w), SELECT k, x FROM b gives 2 (k, x)", 55),
+        ("INSERT INTO ka SELECT k, v, w FROM a UNION ALL SELECT k, v, s FROM a", "UNION column 3 ('w') is BIGINT in the first branch but STRING in SELECT k, v, s FROM a; the types have no common type (add a CAST)", 55),
     ],
 )
 def test_rejected_constructs_name_what_and_where(query, message, col):

@@ -135,6 +135,8 @@ class Pipeline:
                 head += f" {n.detail['join_type']}"
                 if n.detail.get("strategy") == "delta":
                     head += f" (delta join, {n.detail['delta_join']['consistency']})"
+            elif n.kind == "lookup_join":
+                head += f" {n.detail['join_type']} {n.detail['table']} (FOR SYSTEM_TIME AS OF processing time)"
             elif n.kind == "materializer":
                 head += f" ON CONFLICT DO {n.detail['strategy']}"
             elif n.kind == "merge_engine":
@@ -193,6 +195,12 @@ class Pipeline:
         elif n.kind == "window_aggregate":
             out.append(f"group by: {', '.join(d['group_by'])}   emits when the watermark passes window_end")
             out.append(f"aggregates: {', '.join(d['aggregates'])}")
+        elif n.kind == "lookup_join":
+            out.append("on: " + " AND ".join(d["on"]))
+            if d.get("residual"):
+                out.append(f"residual: {d['residual']}")
+            where = f"index {d['table']}.{d['index']} (Spark: the index service)" if d.get("index") else "state"
+            out.append(f"dimension rows: {where}, as of each batch's start")
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
             out.append(f"aggregates: {', '.join(d['aggregates']) or '(none: SELECT DISTINCT)'}")

@@ -38,7 +38,7 @@ from tidemark.engine.driver import BatchStage, Bucket, batch_stage
 from tidemark.engine.errors import InputError
 from tidemark.engine.event_time import Watermarks
 from tidemark.engine.pipeline import Pipeline
-from tidemark.engine.stage import BatchContext, uses_timers
+from tidemark.engine.stage import BatchContext, run_stateless, uses_timers
 from tidemark.engine.state_codec import empty_state
 
 
@@ -139,7 +139,7 @@ class ReplayHost:
                 self._buckets[node.id] = bucket
                 outputs[node.id] = out.changes()
             else:
-                outputs[node.id] = node.stage.process(outputs[node.inputs[0]])
+                outputs[node.id] = run_stateless(node.stage, [outputs[i] for i in node.inputs])
             event_time = node.detail.get("event_time")
             if event_time is not None:  # the node that carries a source's event-time column
                 table, column = event_time

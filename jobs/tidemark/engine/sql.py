@@ -187,6 +187,9 @@ class Script:
     views: dict[str, ViewDef] = field(default_factory=dict)
     options: dict[str, str] = field(default_factory=dict)
     insert: InsertStatement | None = None
+    #: table name -> its processing-time attribute (``name AS PROCTIME()``), usable only in
+    #: ``FOR SYSTEM_TIME AS OF`` (a lookup join); it is not one of the table's columns
+    proctime: dict[str, str] = field(default_factory=dict)
 
     def table(self, name: str) -> TableDef | None:
         """Look a table up by name (exact first, then case-insensitive)."""
@@ -254,6 +257,9 @@ def parse_script(sql: str) -> Script:
             if script.table(table.name) is not None or script.view(table.name) is not None:
                 raise sql_error(f"table '{table.name}' is declared twice", stmt.this)
             script.tables[table.name] = table
+            attribute = next((c.name for c in stmt.this.expressions if _is_proctime_column(c)), None)
+            if attribute is not None:
+                script.proctime[table.name] = attribute
         elif isinstance(stmt, exp.Set):
             script.options.update(_set_options(stmt))
         elif isinstance(stmt, exp.Insert):
@@ -444,6 +450,8 @@ def _table_def(stmt: exp.Create) -> TableDef:
     computed: list[ComputedColumn] = []
     watermark: exp.WatermarkColumnConstraint | None = None
     for item in schema.expressions:
+        if _is_proctime_column(item):
+            continue  # a processing-time attribute, not a column (Script.proctime)
         if isinstance(item, exp.ColumnDef):
             col_name = item.name
             if col_name.lower() in declared:
@@ -506,6 +514,19 @@ def _computed_expression(item: exp.ColumnDef) -> exp.Expr | None:
                 raise sql_error(f"computed column '{item.name}': write it as `{item.name} AS expression`", item)
             return constraint.kind.this
     return None
+
+
+def _is_proctime_column(item: exp.Expr) -> bool:
+    """``name AS PROCTIME()`` in CREATE TABLE: Flink's processing-time attribute."""
+    if not isinstance(item, exp.ColumnDef) or item.args.get("kind") is not None or len(item.constraints) != 1:
+        return False
+    computed = item.constraints[0].kind
+    return isinstance(computed, exp.ComputedColumnConstraint) and is_proctime_call(computed.this)
+
+
+def is_proctime_call(node: exp.Expr | None) -> bool:
+    """Whether ``node`` is the call ``PROCTIME()``."""
+    return isinstance(node, exp.Func) and node.sql(dialect=Tidemark).replace(" ", "").upper() == "PROCTIME()"
 
 
 def _with_options(stmt: exp.Create, table: str) -> dict[str, str]:

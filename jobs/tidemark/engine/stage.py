@@ -6,6 +6,9 @@ the micro-batch: a stateful stage sees, per key, every change of the batch at on
 particular order, and emits only the net change for that key.
 
 - ``StatelessStage.process(changes)``: row-at-a-time transforms (calc). Kinds preserved.
+- ``StatelessMultiStage.process_inputs([changes, ...])``: a stateless stage with several
+  inputs (``UNION ALL``): one list of changes per input, in the node's input order, the
+  batch's whole lists at once. ``run_stateless`` is how hosts call either kind.
 - ``KeyedStage``: the host groups each input's changes of one batch by ``key_of`` and
   calls ``process_key`` once per key with that key's state (``None`` when it has none).
   Every host does this through the one loop in ``tidemark.engine.driver``
@@ -62,6 +65,21 @@ class StatelessStage(Protocol):
     name: str
 
     def process(self, changes: list[Change]) -> list[Change]: ...
+
+
+@runtime_checkable
+class StatelessMultiStage(Protocol):
+    name: str
+    n_inputs: int
+
+    def process_inputs(self, inputs: Sequence[list[Change]]) -> list[Change]: ...
+
+
+def run_stateless(stage: Any, inputs: Sequence[list[Change]]) -> list[Change]:
+    """One batch through a stateless stage: ``inputs`` holds one list per node input."""
+    if hasattr(stage, "process_inputs"):
+        return stage.process_inputs(inputs)
+    return stage.process(inputs[0])
 
 
 @runtime_checkable

@@ -55,13 +55,17 @@ def create_table_texts(sql: str) -> dict[str, str]:
 
 
 def indexed_tables(pipeline: Pipeline) -> list[IndexedTable]:
-    """The source tables of every delta join of the pipeline (both sides), in plan order;
-    empty when the planner chose no delta join."""
+    """The source tables of every delta join of the pipeline (both sides) and the dimension
+    of every lookup join that has an index to be looked up by (with history: its lookups
+    are as of a batch's start), in plan order; empty when there is neither."""
     from tidemark.engine.stages.delta_join import DeltaJoin
+    from tidemark.engine.stages.lookup_join import LookupJoin
 
     wanted: dict[str, bool] = {}
     for node in pipeline.nodes:
         stage = node.stage
+        if isinstance(stage, LookupJoin) and stage.index is not None:
+            wanted[stage.table] = True
         if not isinstance(stage, DeltaJoin):
             continue
         for side in stage.sides:

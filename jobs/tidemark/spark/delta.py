@@ -75,9 +75,12 @@ class IndexTarget:
 
 
 def is_delta_join(stage: Any) -> bool:
+    """A stage this module hosts: a delta join, or a lookup join whose dimension has an
+    index (both ``bind``, ``begin_batch`` and ``process_batch``; no state)."""
     from tidemark.engine.stages.delta_join import DeltaJoin
+    from tidemark.engine.stages.lookup_join import LookupJoin
 
-    return isinstance(stage, DeltaJoin)
+    return isinstance(stage, DeltaJoin) or (isinstance(stage, LookupJoin) and stage.index is not None)
 
 
 def delta_joins(pipeline: Any) -> list[Any]:

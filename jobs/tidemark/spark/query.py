@@ -36,6 +36,7 @@ Why this shape (each point measured or forced by Spark):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.changelog import Change
@@ -271,6 +272,23 @@ class _Output:
         return self._build(None, self.pending)
 
 
+def union_output(upstream: list[_Output]) -> _Output:
+    """A union stage (``UNION ALL``): no pass of its own. Each branch builds its frame for
+    the union's consumer, running the calcs after the union in its own pass (they are row
+    by row, so a calc over the union is the calc over each branch), and the frames are
+    unioned by name."""
+
+    def build(target: Target, pending: list[StatelessStage]) -> DataFrame:
+        frames = []
+        for out in upstream:
+            for stage in pending:
+                out = out.then(stage)
+            frames.append(out.changes() if target is None else out.keyed_for(*target))
+        return reduce(lambda a, b: a.unionByName(b), frames)
+
+    return _Output(build, [])
+
+
 def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[SourceTable]:
     """The pipeline's source tables in plan order; ``source_index`` (the second element
     of every source position) is that order. Two tables on one topic are refused: a
@@ -342,6 +360,8 @@ def build_query_frame(
                 return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending, buckets=state_buckets)
 
             outputs[node.id] = _Output(build_keyed, [])
+        elif hasattr(node.stage, "process_inputs"):
+            outputs[node.id] = union_output([outputs[i] for i in node.inputs])
         elif node.stage is not None:
             outputs[node.id] = outputs[node.inputs[0]].then(GuardedStage(node.stage))
         else:

@@ -2,8 +2,8 @@
 changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
-``select``, ``join``, ``aggregate`` and ``rank`` build stages, ``window`` event time and windows,
-``sink`` applies the sink policy;
+``select``, ``join``, ``lookup``, ``aggregate``, ``rank`` and ``union`` build stages, ``window``
+event time and windows, ``sink`` applies the sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
 
@@ -12,16 +12,20 @@ from __future__ import annotations
 from tidemark.engine.errors import PlanError
 from tidemark.engine.planner.aggregate import AggregatePlanner
 from tidemark.engine.planner.join import JoinPlanner
+from tidemark.engine.planner.lookup import LookupPlanner
 from tidemark.engine.planner.node import Node, format_key
 from tidemark.engine.planner.rank import RankPlanner
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
 from tidemark.engine.planner.window import WindowPlanner
+from tidemark.engine.planner.union import UnionPlanner
 
 __all__ = ["Node", "Planner", "format_key"]
 
 
-class Planner(WindowPlanner, SelectPlanner, JoinPlanner, AggregatePlanner, RankPlanner, SinkPlanner):
+class Planner(
+    WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, UnionPlanner, SinkPlanner
+):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 
     def plan(self) -> list[Node]:

@@ -44,6 +44,8 @@ class PlanGraph:
         # named queries in scope while planning: CTEs (innermost WITH last), then views
         self.ctes: list[dict[str, NamedQuery]] = []
         self.expanding: list[str] = []  # CTE and view names being planned (a cycle check)
+        # FROM subqueries (by node identity) -> their processing-time attribute (LookupPlanner)
+        self.derived_proctime: dict[int, str] = {}
 
     # ------------------------------------------------------------------ node helpers
 

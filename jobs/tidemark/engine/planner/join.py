@@ -24,6 +24,8 @@ class JoinPlanner(PlanGraph):
         """Plan one JOIN. ``pending`` holds the WHERE conjuncts not yet placed: a comma join
         (``FROM a, b WHERE a.id = b.id``) takes those that refer to its right side and to
         nothing not yet joined as its condition, which is the same inner join as ON."""
+        if isinstance(join.this, exp.Table) and join.this.args.get("version") is not None:
+            return self.lookup_join(join, scope, left_id)  # FOR SYSTEM_TIME AS OF: LookupPlanner
         side = (join.text("side") or "").upper()
         kind = (join.text("kind") or "").upper()
         if join.args.get("method"):

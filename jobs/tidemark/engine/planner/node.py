@@ -16,7 +16,7 @@ class Node:
     ``upsert_keys`` are all keys that stay unique and ordered at this point."""
 
     id: int
-    kind: str  # source | normalize | calc | join | aggregate | materializer | merge_engine | sink
+    kind: str  # source | normalize | calc | join | lookup_join | union | aggregate | materializer | merge_engine | sink
     name: str
     inputs: list[int]
     columns: list[str]

@@ -47,18 +47,11 @@ class SelectPlanner(PlanGraph):
         """Plan a query; returns the node producing its rows (columns named as the query)."""
         if isinstance(q, exp.Subquery):
             return self.query(q.this)
-        if isinstance(q, exp.SetOperation):
-            op = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}.get(type(q), "set operation")
-            if isinstance(q, exp.Union) and not q.args.get("distinct"):
-                # a union of two changelogs needs a stage with two inputs and no state, which
-                # the stage contract (one input per stateless stage) does not have yet
-                raise sql_error("UNION ALL is not supported yet", q)
-            raise sql_error(f"{op} is not supported", q)
-        if not isinstance(q, exp.Select):
+        if not isinstance(q, (exp.Select, exp.SetOperation)):
             raise sql_error(f"unsupported query {describe(q)}", q)
         with_ = q.args.get("with_")
         if with_ is None:
-            return self.select(q)
+            return self._query_body(q)
         if with_.args.get("recursive"):
             raise sql_error("WITH RECURSIVE is not supported", with_)
         named: dict[str, NamedQuery] = {}
@@ -72,9 +65,13 @@ class SelectPlanner(PlanGraph):
                 named[cte.alias.lower()] = NamedQuery(cte.alias, columns, cte.this, cte)
             body = q.copy()
             body.set("with_", None)
-            return self.select(body)
+            return self._query_body(body)
         finally:
             self.ctes.pop()
+
+    def _query_body(self, q: exp.Expr) -> int:
+        """A query without its WITH: a SELECT, or a set operation (``UnionPlanner``)."""
+        return self.set_operation(q) if isinstance(q, exp.SetOperation) else self.select(q)
 
     def named_query(self, name: str) -> NamedQuery | None:
         """A CTE in scope (innermost first) or a view, by name; tables come after both."""
@@ -197,7 +194,7 @@ class SelectPlanner(PlanGraph):
             scope.add(alias, n.columns, n.types, item)
             return node_id
         if isinstance(item, exp.Subquery):
-            node_id = self.query(item.this)
+            node_id = self.query(self.without_proctime(item))  # LookupPlanner: PROCTIME() AS name
             n = self.node(node_id)
             scope.add(item.alias, n.columns, n.types, item)
             return node_id
