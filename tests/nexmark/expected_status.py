@@ -22,7 +22,6 @@ STATUS: dict[str, str] = {
     **{f"q{n}": "equal" for n in range(24)},
     "q6": "not planned: window function AVG(Q.price) OVER",
     "q12": _PROCTIME,
-    "q13": _PROCTIME,
     "q14": "not planned: CREATE FUNCTION is not supported: only CREATE TABLE",
 }
 
