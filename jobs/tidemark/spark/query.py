@@ -15,22 +15,23 @@ Why this shape (each point measured or forced by Spark):
   branch (a join with a dead-letter branch read everything three times, and the progress
   counted it three times). With one stream per source table each branch reads only its
   topic, and decoding, the calc stages up to the first keyed stage and computing that
-  stage's key happen in ONE ``mapInArrow`` pass.
+  stage's key and bucket happen in ONE ``mapInArrow`` pass.
 - **Dead letters leave through an accumulator, not a branch.** A bad record is found by
   decoding; a second branch to find them would decode every record again. The decode
   pass adds each bad record, under its batch id and source coordinate, to an accumulator
   the driver reads after the batch has run; ``foreachBatch`` writes them to the
   dead-letter topic with the batch's id (transactional: a replay writes nothing twice).
   Keying by coordinate makes a task retried by Spark harmless.
-- **Calc runs as Python over change rows**, fused into a pass that exists anyway (the
-  decode pass or the pass that keys rows for the next keyed stage); only a calc after the
-  last keyed stage gets a pass of its own. The stage object is the very one ``ReplayHost``
-  runs. Spark SQL expressions (``Calc.to_spark_sql``) would need every row unpickled into
-  typed columns and pickled again around them: two extra passes to save one Python call
-  per row, and a second implementation of SQL semantics to keep equal.
+- **Changes cross every boundary as Arrow IPC blobs** (``tidemark.spark.keyed``,
+  ``BLOB_SCHEMA``): a pass emits one row per destination bucket of the next keyed stage
+  (one row in all before the sink), typed by the node's columns, so Spark moves a few
+  large rows per batch instead of one row per change.
+- **Calc runs in Python on the changes of a pass that exists anyway** (the decode pass,
+  or the keyed stage it follows, ``then=``). The stage object is the very one
+  ``ReplayHost`` runs: one implementation of SQL semantics.
 - Keyed stages (normalize, join, aggregate, materializer, merge engine) are hosted by
   ``tidemark.spark.keyed``; a keyed stage directly followed by another emits rows already
-  keyed for it (``downstream=``), saving a pass. A join unions both inputs.
+  split for it (``downstream=``), saving a pass. A join unions both inputs.
 """
 
 from __future__ import annotations
@@ -42,14 +43,16 @@ from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import StatelessStage
+from tidemark.engine import batch_ipc
 from tidemark.spark.keyed import (
-    CHANGE_COLUMNS,
-    CHANGE_SCHEMA,
+    BLOB_SCHEMA,
     DEFAULT_STATE_BUCKETS,
-    KEYED_SCHEMA,
     StageCrash,
     StageFailure,
     StageMetrics,
+    Target,
+    blob_batch,
+    blob_rows,
     run_keyed_stage,
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
@@ -57,10 +60,6 @@ from tidemark.spark.source import SourceTable, client_options, read_stream, star
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-#: (stage, input index) a frame is keyed for; None = plain change rows
-Target = tuple[Any, int] | None
-
 
 class GuardedStage:
     """A stateless stage whose errors cross the Python worker -> driver boundary as
@@ -120,34 +119,6 @@ class DeadLetterAccumulator:
 
 # ---------------------------------------------------------------------------- the passes
 
-def _arrow_schemas() -> tuple[Any, Any]:
-    import pyarrow as pa
-
-    fields = [("kind", pa.string()), ("row", pa.binary()), ("pos", pa.list_(pa.int64()))]
-    change = pa.schema(fields)
-    keyed = pa.schema([("key", pa.binary()), ("input", pa.int32()), *fields])
-    return change, keyed
-
-
-def _emit(cs: list[Change], target: Target) -> Any:
-    """Changes as one Arrow batch: ``KEYED_SCHEMA`` for ``target``, else ``CHANGE_SCHEMA``."""
-    import pyarrow as pa
-
-    from tidemark.spark.keyed import encode_key, encode_pos, encode_row
-
-    change, keyed = _arrow_schemas()
-    cols = [
-        pa.array([c.kind for c in cs], pa.string()),
-        pa.array([encode_row(c.row) for c in cs], pa.binary()),
-        pa.array([encode_pos(c.pos) for c in cs], pa.list_(pa.int64())),
-    ]
-    if target is None:
-        return pa.RecordBatch.from_arrays(cols, schema=change)
-    stage, index = target
-    key = pa.array([encode_key(stage.key_of(c, index)) for c in cs], pa.binary())
-    return pa.RecordBatch.from_arrays([key, pa.array([index] * len(cs), pa.int32()), *cols], schema=keyed)
-
-
 def _batch_id() -> int:
     from pyspark import TaskContext
 
@@ -193,10 +164,12 @@ def _fill_timestamps(bad: dict[tuple, dict[str, Any]], records: list[dict[str, A
 
 def decode_pass(
     raw: DataFrame, src: SourceTable, stages: Sequence[StatelessStage], target: Target,
-    dead_letters: DeadLetterAccumulator,
+    dead_letters: DeadLetterAccumulator, schema: Any, buckets: int,
 ) -> DataFrame:
-    """Raw records of one table -> its changes, through ``stages``, keyed for ``target``;
-    bad records to ``dead_letters``. One Python pass."""
+    """Raw records of one table -> its changes, through ``stages``, as ``BLOB_SCHEMA``
+    rows split by ``target``'s buckets (``schema``: the Arrow schema of what ``stages``
+    emit); bad records to ``dead_letters``. One Python pass, one row per bucket a task
+    touched."""
     pre = list(stages)
     acc = dead_letters.accumulator
 
@@ -206,6 +179,7 @@ def decode_pass(
         decoder = decoder_for(src.table, src.registry_url)
         batch_id = _batch_id()
         bad: dict[tuple, dict[str, Any]] = {}
+        changes: list[Change] = []
         for batch in batches:
             # without the timestamp column: a tz-aware datetime per record cost more than
             # the JSON decode; only a dead letter needs it (filled in below)
@@ -216,58 +190,39 @@ def decode_pass(
             bad.update(b)
             for st in pre:
                 cs = st.process(cs)
-            yield _emit(cs, target)
+            changes.extend(cs)
         if bad:
             acc.add({batch_id: bad})
+        rows = blob_rows(changes, schema, target, buckets)
+        if rows:
+            yield blob_batch(rows)
 
-    return raw.mapInArrow(fn, KEYED_SCHEMA if target is not None else CHANGE_SCHEMA)
-
-
-def stateless_pass(df: DataFrame, stages: Sequence[StatelessStage]) -> DataFrame:
-    """Run stateless stages over ``CHANGE_SCHEMA`` rows in one Arrow pass."""
-    if not stages:
-        return df
-    pre = list(stages)
-
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        import pickle
-
-        for batch in batches:
-            cs = [
-                Change(k, pickle.loads(r), tuple(p) if p is not None else ())
-                for k, r, p in zip(
-                    batch.column("kind").to_pylist(),
-                    batch.column("row").to_pylist(),
-                    batch.column("pos").to_pylist(),
-                )
-            ]
-            for st in pre:
-                cs = st.process(cs)
-            yield _emit(cs, None)
-
-    return df.select(*CHANGE_COLUMNS).mapInArrow(fn, CHANGE_SCHEMA)
+    return raw.mapInArrow(fn, BLOB_SCHEMA)
 
 
 # ---------------------------------------------------------------------------- the plan walk
 
 
 class _Output:
-    """A node's output, not built yet: ``build(target, pending)`` makes the frame once the
-    consumer is known, so each producer can fuse the consumer's calc and keying into a
-    pass it runs anyway."""
+    """A node's output, not built yet: ``build(target, pending, schema)`` makes the frame
+    once the consumer is known, so each producer can fuse the consumer's calc and keying
+    into a pass it runs anyway. ``schema``: the Arrow schema of the last node's columns
+    (``batch_ipc.schema_of``), what the frame's blobs carry."""
 
-    def __init__(self, build: Callable[[Target, list[StatelessStage]], DataFrame], pending: list[StatelessStage]):
+    def __init__(self, build: Callable[[Target, list[StatelessStage], Any], DataFrame],
+                 pending: list[StatelessStage], schema: Any):
         self._build = build
         self.pending = pending
+        self.schema = schema
 
-    def then(self, stage: StatelessStage) -> _Output:
-        return _Output(self._build, [*self.pending, stage])
+    def then(self, stage: StatelessStage, schema: Any) -> _Output:
+        return _Output(self._build, [*self.pending, stage], schema)
 
     def keyed_for(self, stage: Any, index: int) -> DataFrame:
-        return self._build((stage, index), self.pending)
+        return self._build((stage, index), self.pending, self.schema)
 
     def changes(self) -> DataFrame:
-        return self._build(None, self.pending)
+        return self._build(None, self.pending, self.schema)
 
 
 def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[SourceTable]:
@@ -292,7 +247,7 @@ def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[S
 
 
 def _is_keyed(stage: Any) -> bool:
-    return stage is not None and hasattr(stage, "process_key")
+    return stage is not None and (hasattr(stage, "process_key") or hasattr(stage, "batch_kernel"))
 
 
 def build_query_frame(
@@ -308,13 +263,14 @@ def build_query_frame(
     index: Any = None,
     state_buckets: int = DEFAULT_STATE_BUCKETS,
 ) -> DataFrame:
-    """The streaming frame of the changes the sink receives (``CHANGE_SCHEMA``); bad
+    """The streaming frame of the changes the sink receives (``BLOB_SCHEMA``); bad
     records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
     records per micro-batch. ``index`` (``tidemark.spark.delta.IndexTarget``): delta joins
     run stateless against that index service (``tidemark.spark.delta``)."""
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     outputs: dict[int, _Output] = {}
     for node in pipeline.nodes:
+        schema = batch_ipc.schema_of(node.columns, node.types)
         if node.kind == "source":
             src = tables[node.table]
             raw = read_stream(
@@ -322,26 +278,30 @@ def build_query_frame(
                 **{**client_options(src.table), **startup_options(src.table), **(source_options or {})},
             )
 
-            def build_source(target: Target, pending: list, raw: Any = raw, src: SourceTable = src) -> DataFrame:
-                return decode_pass(raw, src, pending, target, dead_letters)
+            def build_source(target: Target, pending: list, out_schema: Any, raw: Any = raw,
+                             src: SourceTable = src) -> DataFrame:
+                return decode_pass(raw, src, pending, target, dead_letters, out_schema, state_buckets)
 
-            outputs[node.id] = _Output(build_source, [])
+            outputs[node.id] = _Output(build_source, [], schema)
         elif node.kind == "sink":
             return outputs[node.inputs[0]].changes()
         elif _is_keyed(node.stage):
             stage = node.stage
             upstream = [outputs[i] for i in node.inputs]
 
-            def build_keyed(target: Target, pending: list, stage: Any = stage, upstream: list = upstream) -> DataFrame:
+            def build_keyed(target: Target, pending: list, out_schema: Any, stage: Any = stage,
+                            upstream: list = upstream) -> DataFrame:
                 inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
                 if index is not None and is_delta_join(stage):
-                    return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending)
+                    return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending,
+                                          schema=out_schema, buckets=state_buckets)
                 # a calc after the stage runs in the stage's own pass (``then``)
-                return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending, buckets=state_buckets)
+                return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending,
+                                       buckets=state_buckets, schema=out_schema)
 
-            outputs[node.id] = _Output(build_keyed, [])
+            outputs[node.id] = _Output(build_keyed, [], schema)
         elif node.stage is not None:
-            outputs[node.id] = outputs[node.inputs[0]].then(GuardedStage(node.stage))
+            outputs[node.id] = outputs[node.inputs[0]].then(GuardedStage(node.stage), schema)
         else:
             raise PlanError(f"stage [{node.id}] {node.kind} has nothing the Spark job can run")
     raise PlanError("the pipeline has no sink")
