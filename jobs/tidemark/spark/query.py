@@ -56,7 +56,15 @@ from tidemark.spark.keyed import (
     run_keyed_stage,
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
-from tidemark.spark.source import SourceTable, client_options, read_stream, startup_options
+from tidemark.spark.source import (
+    RAW_COLUMNS,
+    SourceTable,
+    client_options,
+    decode_records,
+    read_stream,
+    startup_options,
+)
+from tidemark.spark.sink import DEAD_LETTER_COLUMNS as LETTER_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,34 +138,31 @@ def _batch_id() -> int:
 def decode_batch(
     records: list[dict[str, Any]], src: SourceTable, decoder: Any, batch_id: int
 ) -> tuple[list[Change], dict[tuple, dict[str, Any]]]:
-    """Decode raw records of one source table: (changes, bad records by coordinate).
-    Spark-free, so the routing is testable without a session. A change's position is
-    ``(batch id, source index, partition, offset)``."""
-    from tidemark.formats import DecodeError
+    """Decode raw records of one source table with ``decoder`` (a per-record or a batch
+    decoder): (changes, bad records by coordinate). Spark-free, so the routing is testable
+    without a session. A change's position is ``(batch id, source index, partition,
+    offset)``."""
+    columns = {name: [r.get(name) for r in records] for name in RAW_COLUMNS}
+    return split_decoded(decode_records(columns, {src.topic: src}, batch_id, {src.topic: decoder}))
 
+
+def split_decoded(out: dict[str, list[Any]]) -> tuple[list[Change], dict[tuple, dict[str, Any]]]:
+    """``decode_records`` output as (changes, dead letters by source coordinate)."""
     changes: list[Change] = []
     bad: dict[tuple, dict[str, Any]] = {}
-    table = src.table.name
-    for r in records:
-        pos = (batch_id, src.source_index, r["partition"], r["offset"])
-        try:
-            changes.extend(decoder.decode(r["key"], r["value"], pos, r["topic"]))
-        except DecodeError as err:
-            coord = (r["topic"], r["partition"], r["offset"])
-            bad[coord] = {
-                "table": table, "format": decoder.spec.name, "topic": r["topic"],
-                "partition": r["partition"], "offset": r["offset"], "timestamp": r.get("timestamp"),
-                "key": r["key"], "value": r["value"], "error_kind": err.kind,
-                "reason": f"{table} @ {r['topic']}/{r['partition']}/{r['offset']}: {err.reason}",
-            }
+    for i, error in enumerate(out["error_kind"]):
+        if error is None:
+            changes.append(Change(out["kind"][i], out["row"][i], tuple(out["pos"][i])))
+        else:
+            bad[(out["topic"][i], out["partition"][i], out["offset"][i])] = {name: out[name][i] for name in LETTER_COLUMNS}
     return changes, bad
 
 
-def _fill_timestamps(bad: dict[tuple, dict[str, Any]], records: list[dict[str, Any]], timestamps: Any) -> None:
+def _fill_timestamps(bad: dict[tuple, dict[str, Any]], columns: dict[str, list[Any]], timestamps: Any) -> None:
     """Give each bad record the source timestamp of its raw record (``timestamps``: the
-    batch's Arrow column, in ``records`` order)."""
-    for i, r in enumerate(records):
-        letter = bad.get((r["topic"], r["partition"], r["offset"]))
+    batch's Arrow column, in ``columns`` order)."""
+    for i, coord in enumerate(zip(columns["topic"], columns["partition"], columns["offset"])):
+        letter = bad.get(coord)
         if letter is not None:
             letter["timestamp"] = timestamps[i].as_py()
 
@@ -166,7 +171,8 @@ def decode_pass(
     raw: DataFrame, src: SourceTable, stages: Sequence[StatelessStage], target: Target,
     dead_letters: DeadLetterAccumulator, schema: Any, buckets: int,
 ) -> DataFrame:
-    """Raw records of one table -> its changes, through ``stages``, as ``BLOB_SCHEMA``
+    """Raw records of one table -> its changes (decoded a batch at a time where the format
+    allows, bad records still one by one: ``decode_records``), through ``stages``, as ``BLOB_SCHEMA``
     rows split by ``target``'s buckets (``schema``: the Arrow schema of what ``stages``
     emit); bad records to ``dead_letters``. One Python pass, one row per bucket a task
     touched."""
@@ -174,19 +180,18 @@ def decode_pass(
     acc = dead_letters.accumulator
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        from tidemark.formats import decoder_for
-
-        decoder = decoder_for(src.table, src.registry_url)
         batch_id = _batch_id()
+        decoders: dict[str, Any] = {}  # a batch decoder where the format has one
         bad: dict[tuple, dict[str, Any]] = {}
         changes: list[Change] = []
         for batch in batches:
             # without the timestamp column: a tz-aware datetime per record cost more than
             # the JSON decode; only a dead letter needs it (filled in below)
-            records = batch.drop_columns(["timestamp"]).to_pylist()
-            cs, b = decode_batch(records, src, decoder, batch_id)
+            columns = batch.drop_columns(["timestamp"]).to_pydict()
+            columns["timestamp"] = [None] * batch.num_rows
+            cs, b = split_decoded(decode_records(columns, {src.topic: src}, batch_id, decoders))
             if b:
-                _fill_timestamps(b, records, batch.column("timestamp"))
+                _fill_timestamps(b, columns, batch.column("timestamp"))
             bad.update(b)
             for st in pre:
                 cs = st.process(cs)
@@ -247,7 +252,8 @@ def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[S
 
 
 def _is_keyed(stage: Any) -> bool:
-    return stage is not None and (hasattr(stage, "process_key") or hasattr(stage, "batch_kernel"))
+    """A keyed stage (``KeyedStage``: it says which key a change belongs to)."""
+    return stage is not None and hasattr(stage, "key_of")
 
 
 def build_query_frame(

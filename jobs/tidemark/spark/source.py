@@ -453,13 +453,13 @@ def decode_records(
         order = sorted(range(len(source)), key=source.__getitem__)
         source = [source[j] for j in order]
         out = {name: [col[j] for j in order] for name, col in out.items()}
-    for name in _RAW_NAMES:
+    for name in RAW_COLUMNS:
         column = records[name]
         out[name] = [column[i] for i in source]
     return out
 
 
-_RAW_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value")
+RAW_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 _OUTPUT_NAMES = ("table", "format", "kind", "row", "pos", "error_kind", "reason")
 
 
