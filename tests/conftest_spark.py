@@ -7,8 +7,9 @@ Use from ``tests/conftest.py`` with ``from conftest_spark import spark, spark_st
 Batches come from a parquet directory: one file = one micro-batch
 (``maxFilesPerTrigger=1``), written atomically (hidden temp name, then rename), and the
 test calls ``run_batch`` which writes the file and waits with ``processAllAvailable``.
-Each file holds ``CHANGE_SCHEMA`` rows plus ``input`` (which input of the stage under test
-they feed), so a 2-input stage gets both sides of a batch in the same micro-batch. The
+Each file holds ``BLOB_SCHEMA`` rows (``tidemark.spark.keyed``), one change batch per
+input of the stage under test, so a 2-input stage gets both sides of a batch in the same
+micro-batch. The
 file source keeps its offsets in the checkpoint, so ``restart()`` resumes exactly where the
 stopped query was, state included.
 """
@@ -26,7 +27,7 @@ import pytest
 
 from tidemark.engine.changelog import Change
 
-SOURCE_SCHEMA = "input int, kind string, row binary, pos array<bigint>"
+SOURCE_SCHEMA = "bucket int, input int, batch binary"
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +44,7 @@ def spark() -> Iterator[Any]:
 class SparkStream:
     """A streaming query under test, fed one micro-batch per ``run_batch`` call.
 
-    ``build(source_df) -> DataFrame`` makes the query's output (``CHANGE_SCHEMA`` rows)
+    ``build(source_df) -> DataFrame`` makes the query's output (``BLOB_SCHEMA`` rows)
     from the source (``SOURCE_SCHEMA``: filter on ``input`` to split inputs).
     """
 
@@ -95,23 +96,11 @@ class SparkStream:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from tidemark.spark.keyed import changes_to_records
+        from tidemark.spark.keyed import encode_changes
 
-        cols: dict[str, list] = {"input": [], "kind": [], "row": [], "pos": []}
-        for index, changes in enumerate(inputs):
-            for kind, row, pos in changes_to_records(changes):
-                cols["input"].append(index)
-                cols["kind"].append(kind)
-                cols["row"].append(row)
-                cols["pos"].append(pos)
-        schema = pa.schema(
-            [
-                ("input", pa.int32()),
-                ("kind", pa.string()),
-                ("row", pa.binary()),
-                ("pos", pa.list_(pa.int64())),
-            ]
-        )
+        blobs = [(index, encode_changes(changes)) for index, changes in enumerate(inputs) if changes]
+        cols = {"bucket": [0] * len(blobs), "input": [i for i, _ in blobs], "batch": [b for _, b in blobs]}
+        schema = pa.schema([("bucket", pa.int32()), ("input", pa.int32()), ("batch", pa.binary())])
         tmp = os.path.join(self.source_dir, f".batch-{self._files:05d}.tmp")
         pq.write_table(pa.table(cols, schema=schema), tmp)
         os.rename(tmp, os.path.join(self.source_dir, f"batch-{self._files:05d}.parquet"))

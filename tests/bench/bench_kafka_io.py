@@ -37,7 +37,7 @@ def table(name: str, fmt: str, topic: str) -> TableDef:
 
 
 def bench(bootstrap: str, n: int, per_trigger: int) -> dict[str, float]:
-    from tidemark.spark.keyed import CHANGE_SCHEMA, encode_row
+    from tidemark.spark.keyed import BLOB_SCHEMA, encode_changes
     from tidemark.spark.session import build_session
     from tidemark.spark.sink import ChangelogSink, UpsertSink
     from tidemark.spark.source import SourceTable, decode_stream, read_stream
@@ -79,7 +79,8 @@ def bench(bootstrap: str, n: int, per_trigger: int) -> dict[str, float]:
         results["source+decode records/s"] = sum(counted) / (time.perf_counter() - t)
 
     changes = [Change("+I", (i, i % 100, "x" * 40), (0, 0, i % 4, i)) for i in range(n)]
-    frame = spark.createDataFrame([(c.kind, encode_row(c.row), list(c.pos)) for c in changes], CHANGE_SCHEMA).cache()
+    blobs = [(0, 0, encode_changes(changes[i:i + 10_000])) for i in range(0, n, 10_000)]
+    frame = spark.createDataFrame(blobs, BLOB_SCHEMA).cache()
     frame.count()
     up, cl = f"bench-upsert-{int(time.time())}", f"bench-changelog-{int(time.time())}"
     ensure_topics(bootstrap, {up: 4, cl: 4})

@@ -33,9 +33,7 @@ from tidemark.engine.changelog import Change, zset
 from tidemark.spark import keyed as K
 from tidemark.spark.session import build_session
 
-PARQUET_SCHEMA = pa.schema(
-    [("kind", pa.string()), ("row", pa.binary()), ("pos", pa.list_(pa.int64()))]
-)
+PARQUET_SCHEMA = pa.schema([("bucket", pa.int32()), ("input", pa.int32()), ("batch", pa.binary())])
 
 
 class CountStage:
@@ -100,11 +98,7 @@ def workload(shape: str, rows: int, batch: int) -> list[Change]:
 
 
 def write_batch(directory: str, index: int, changes: list[Change]) -> None:
-    recs = K.changes_to_records(changes)
-    table = pa.table(
-        {"kind": [r[0] for r in recs], "row": [r[1] for r in recs], "pos": [r[2] for r in recs]},
-        schema=PARQUET_SCHEMA,
-    )
+    table = pa.table({"bucket": [0], "input": [0], "batch": [K.encode_changes(changes)]}, schema=PARQUET_SCHEMA)
     tmp = os.path.join(directory, f".b{index:05d}.tmp")
     pq.write_table(table, tmp)
     os.rename(tmp, os.path.join(directory, f"b{index:05d}.parquet"))
@@ -116,7 +110,7 @@ def run_config(spark, operator: str, stage, shape: str, rows: int, batches: int)
     os.makedirs(src_dir)
     try:
         metrics = K.StageMetrics(spark)
-        src = spark.readStream.schema(K.CHANGE_SCHEMA).option("maxFilesPerTrigger", 1)
+        src = spark.readStream.schema(K.BLOB_SCHEMA).option("maxFilesPerTrigger", 1)
         keyed_df = K.keyed_input(src.parquet(src_dir), stage)
         out = K.run_keyed_stage([keyed_df], stage, metrics=metrics, operator=operator)
         query = (

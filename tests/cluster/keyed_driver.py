@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from tidemark.engine.changelog import Change
 from tidemark.engine.stages.aggregate import AggCall, GroupAggregate
-from tidemark.spark.keyed import changes_from_rows, changes_to_records, keyed_input, run_keyed_stage
+from tidemark.spark.keyed import BLOB_SCHEMA, changes_from_rows, encode_changes, keyed_input, run_keyed_stage
 from tidemark.spark.session import build_session
 
 BATCHES = [
@@ -42,16 +42,15 @@ def executor_origins(spark) -> list[str]:
 def main(workdir: str) -> None:
     source_dir = os.path.join(workdir, "source")
     os.makedirs(source_dir, exist_ok=True)
-    schema = pa.schema([("kind", pa.string()), ("row", pa.binary()), ("pos", pa.list_(pa.int64()))])
+    schema = pa.schema([("bucket", pa.int32()), ("input", pa.int32()), ("batch", pa.binary())])
     for i, batch in enumerate(BATCHES):
-        recs = changes_to_records(batch)
-        cols = {"kind": [r[0] for r in recs], "row": [r[1] for r in recs], "pos": [r[2] for r in recs]}
+        cols = {"bucket": [0], "input": [0], "batch": [encode_changes(batch)]}
         pq.write_table(pa.table(cols, schema=schema), os.path.join(source_dir, f"b{i}.parquet"))
 
     spark = build_session(app_name="tidemark-cluster-keyed")
     stage = GroupAggregate((0,), [AggCall("COUNT_STAR"), AggCall("SUM", 1)])
     source = (
-        spark.readStream.schema("kind string, row binary, pos array<bigint>")
+        spark.readStream.schema(BLOB_SCHEMA)
         .option("maxFilesPerTrigger", 1)
         .parquet(source_dir)
     )

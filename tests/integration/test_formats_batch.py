@@ -15,8 +15,7 @@ from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.types import parse_type
 from tidemark.formats import DecodeError, decoder_for
 from tidemark.kafka.admin import ensure_topics
-from tidemark.spark.keyed import decode_row
-from tidemark.spark.source import SourceTable, decode_stream, read_stream
+from tidemark.spark.source import SourceTable, decode_row, decode_stream, read_stream
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ from tidemark.engine.types import parse_type
 from tidemark.formats import dead_letter, decoder_for
 from tidemark.kafka.read import materialize_upsert, read_topic
 from tidemark.kafka.transactional import read_exactly_once
-from tidemark.spark.keyed import CHANGE_SCHEMA, decode_row, encode_row
+from tidemark.spark.keyed import BLOB_SCHEMA, encode_changes
 from tidemark.spark.sink import ChangelogSink, DeadLetterSink, UpsertSink, net_upsert
-from tidemark.spark.source import SourceTable, bad_records, decode_stream, good_changes, read_stream
+from tidemark.spark.source import SourceTable, bad_records, decode_row, decode_stream, good_changes, read_stream
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,9 @@ def t1(fmt: str, topic: str) -> TableDef:
 
 
 def frame(spark, changes: list[Change]):
-    return spark.createDataFrame([(c.kind, encode_row(c.row), list(c.pos)) for c in changes], CHANGE_SCHEMA)
+    """The changes as the sink receives them: blobs, here three (a batch spans several rows)."""
+    thirds = [changes[i::3] for i in range(3)]
+    return spark.createDataFrame([(0, 0, encode_changes(cs)) for cs in thirds if cs], BLOB_SCHEMA)
 
 
 # ---------------------------------------------------------------- consolidation (no Spark)

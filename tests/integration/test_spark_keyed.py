@@ -155,7 +155,7 @@ def test_counting_stage_matches_python_host_across_restart(spark, spark_stream, 
     metrics = K.StageMetrics(spark)
 
     def build(source):
-        keyed = K.keyed_input(source.filter("input = 0"), stage)
+        keyed = K.keyed_input(source.filter("input = 0"), stage, buckets=buckets)
         return K.run_keyed_stage([keyed], stage, metrics=metrics, operator=operator, buckets=buckets)
 
     batches = [
@@ -191,8 +191,8 @@ def test_join_then_materializer_in_one_query_matches_python_hosts(spark, spark_s
     metrics = K.StageMetrics(spark)
 
     def build(source):
-        left = K.keyed_input(source.filter("input = 0"), join, 0)
-        right = K.keyed_input(source.filter("input = 1"), join, 1)
+        left = K.keyed_input(source.filter("input = 0"), join, 0, buckets=buckets)
+        right = K.keyed_input(source.filter("input = 1"), join, 1, buckets=buckets)
         joined = K.run_keyed_stage([left, right], join, metrics=metrics, downstream=(mat, 0), buckets=buckets)
         return K.run_keyed_stage([joined], mat, metrics=metrics, buckets=buckets)
 
@@ -263,7 +263,7 @@ def test_stage_timer_wakes_a_key_without_records_exactly_once(spark, spark_strea
     stage = WakeupStage()
     metrics = K.StageMetrics(spark)
     stream = spark_stream(
-        lambda source: K.run_keyed_stage([K.keyed_input(source, stage)], stage, metrics=metrics, buckets=buckets)
+        lambda source: K.run_keyed_stage([K.keyed_input(source, stage, buckets=buckets)], stage, metrics=metrics, buckets=buckets)
     )
     stream.write_batch([[_ins(("a", 1), 1), _ins(("b", 1), 2)]])
 

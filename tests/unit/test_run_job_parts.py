@@ -11,7 +11,7 @@ import pytest
 from tidemark.cli.run import QuietBatches
 from tidemark.engine.pipeline import compile_sql
 from tidemark.formats import decoder_for
-from tidemark.spark.job import JobError, run_id_of, run_info_of
+from tidemark.spark.job import DATA_PATH, JobError, RunInfo, run_id_of, run_info_of
 from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS
 from tidemark.spark.progress import BatchReport, SinkBatch, StatusFile, lag_of, report_from
 from tidemark.spark.query import decode_batch, source_tables
@@ -132,6 +132,20 @@ def test_a_checkpoint_with_per_key_state_is_refused_by_name(tmp_path):
     (empty / "tidemark-run.json").write_text(json.dumps({"run_id": "abc"}), encoding="utf-8")
     assert run_info_of(str(empty)) == run_info_of(str(empty), DEFAULT_STATE_BUCKETS)
     assert run_info_of(str(empty)).run_id == "abc"
+
+
+def test_a_checkpoint_of_the_pickled_row_data_path_is_refused_naming_both(tmp_path):
+    """Its state is keyed by what pickled rows handed the stages; read by this version it
+    would silently miss every key. Without state it is simply recorded anew."""
+    old = tmp_path / "old"
+    (old / "state").mkdir(parents=True)
+    (old / "tidemark-run.json").write_text(json.dumps({"run_id": "abc", "state_buckets": 64}), encoding="utf-8")
+    with pytest.raises(JobError, match=f"checkpoint {old} holds keyed state of the data path pickled-rows/1; "
+                                       f"this version runs {DATA_PATH}"):
+        run_info_of(str(old))
+    (old / "state").rmdir()
+    assert run_info_of(str(old)) == RunInfo("abc", 64)
+    assert json.loads((old / "tidemark-run.json").read_text())["data_path"] == DATA_PATH
 
 
 def test_empty_batches_are_shown_only_as_a_heartbeat():

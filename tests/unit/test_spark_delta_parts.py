@@ -62,8 +62,9 @@ def bound_stage(consistency: str):
     return stage.bind(lookup), lookup
 
 
-def rows_of(changes: list[tuple[int, Change]]) -> list[tuple]:
-    return [(i, c.kind, pickle.dumps(c.row), list(c.pos)) for i, c in changes]
+def rows_of(changes: list[tuple[int, Change]]) -> list[list[Change]]:
+    """Each join side's changes."""
+    return [[c for i, c in changes if i == side] for side in (0, 1)]
 
 
 def test_one_partition_looks_the_other_side_up_and_counts_per_stage() -> None:

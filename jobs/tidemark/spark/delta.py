@@ -1,16 +1,16 @@
 """Host a ``DeltaJoin`` in the Spark job with no join state: no state store operator at all.
 
-Shape: both join inputs arrive keyed by join key (``KEYED_SCHEMA``, as for any keyed
-stage), are unioned and repartitioned by key, and ONE ``mapInArrow`` per partition runs the
+Shape: both join inputs arrive split by the join key's bucket (``BLOB_SCHEMA``, as for any
+keyed stage), are unioned and repartitioned by bucket, and ONE ``mapInArrow`` per partition runs the
 stage bound to the index service (``HttpLookup``): ``begin_batch(batch_id, fences)`` then
 ``process_batch(inputs, ctx)``, which asks the index once per side for every key the
 partition's caches miss. What it emits has the shape ``tidemark.spark.keyed`` emits
-(``CHANGE_SCHEMA``, or ``KEYED_SCHEMA`` for the next keyed stage), and its counters go to
+(``BLOB_SCHEMA`` rows, split by the next keyed stage's buckets), and its counters go to
 the same ``StageMetrics`` accumulator, so the rest of the query cannot tell the difference.
 
 Why one bound stage per (query build, shuffle partition) per Python worker: the LRU caches
-are only valid while one instance sees every batch of its keys. Hash partitioning keeps
-a key in the same shuffle partition from batch to batch; the partition may run on another
+are only valid while one instance sees every batch of its keys. Hash partitioning by
+bucket keeps a key in the same shuffle partition from batch to batch; the partition may run on another
 worker next time, and then the instance that ran it before sees a gap in batch ids and
 ``begin_batch`` clears its caches. One instance per worker (not per partition) would miss
 that gap when a partition left and came back between consecutive batches of that worker.
@@ -27,7 +27,6 @@ record below a topic's first offset either).
 from __future__ import annotations
 
 import json
-import pickle
 import time
 import uuid
 from collections import Counter, OrderedDict
@@ -42,15 +41,17 @@ from tidemark.engine.errors import TidemarkError
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage
 from tidemark.spark.keyed import (
     BATCH_ID_PROPERTY,
-    CHANGE_SCHEMA,
-    KEYED_COLUMNS,
-    KEYED_SCHEMA,
+    BLOB_COLUMNS,
+    BLOB_SCHEMA,
+    DEFAULT_STATE_BUCKETS,
     StageCrash,
     StageFailure,
     StageMetrics,
-    encode_key,
-    encode_pos,
-    encode_row,
+    arrow_pairs,
+    blob_batch,
+    blob_rows,
+    blobs_by_input,
+    changes_of_blobs,
 )
 
 if TYPE_CHECKING:
@@ -187,17 +188,15 @@ def _bound_stage(token: str, partition: int, stage: Any, target: IndexTarget) ->
 
 def process_partition(
     stage: Any,
-    rows: Sequence[tuple[int, str, bytes, Sequence[int] | None]],
+    inputs: Sequence[Sequence[Change]],
     batch_id: int,
     fences: Fences | None,
     metrics: Counter,
     after: Sequence[StatelessStage] = (),
 ) -> list[Change]:
     """One partition of one batch through a bound delta join (Spark-free, so testable
-    without a session): ``rows`` are ``(input, kind, pickled row, pos)``."""
-    inputs: list[list[Change]] = [[], []]
-    for inp, kind, row, pos in rows:
-        inputs[inp].append(Change(kind, pickle.loads(row), tuple(int(p) for p in pos or ())))
+    without a session): ``inputs`` are the changes of each join side."""
+    inputs = [list(cs) for cs in inputs]
     ctx = BatchContext(batch_id=batch_id, now_ms=int(time.time() * 1000))
     try:
         stage.begin_batch(batch_id, fences)
@@ -219,47 +218,34 @@ def run_delta_join(
     metrics: StageMetrics | None = None,
     downstream: tuple[KeyedStage, int] | None = None,
     after: Sequence[StatelessStage] = (),
+    schema: Any = None,
+    buckets: int = DEFAULT_STATE_BUCKETS,
 ) -> DataFrame:
-    """The delta join over its two keyed inputs (``KEYED_SCHEMA``), stateless: the changes
-    it emits per batch (``CHANGE_SCHEMA``, or ``KEYED_SCHEMA`` keyed for ``downstream``),
-    after the stateless stages ``after`` (calc between the join and what follows)."""
+    """The delta join over its two inputs (``BLOB_SCHEMA`` rows split by its buckets),
+    stateless: the changes it emits per batch, after the stateless stages ``after`` (calc
+    between the join and what follows), as ``BLOB_SCHEMA`` rows split by ``downstream``'s
+    ``buckets`` (``schema``: the Arrow schema of what ``after`` emits)."""
     if len(inputs) != 2:
         raise ValueError(f"delta join '{stage.name}' takes 2 inputs, got {len(inputs)}")
-    import pyarrow as pa
-
-    df = inputs[0].select(*KEYED_COLUMNS).unionByName(inputs[1].select(*KEYED_COLUMNS)).repartition("key")
+    df = inputs[0].select(*BLOB_COLUMNS).unionByName(inputs[1].select(*BLOB_COLUMNS)).repartition("bucket")
     token = uuid.uuid4().hex
     acc = metrics.accumulator if metrics is not None else None
     post = list(after)
-    fields = [("kind", pa.string()), ("row", pa.binary()), ("pos", pa.list_(pa.int64()))]
-    schema = pa.schema([("key", pa.binary()), ("input", pa.int32()), *fields]) if downstream else pa.schema(fields)
 
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
         tc = TaskContext.get()
         batch_id = int(tc.getLocalProperty(BATCH_ID_PROPERTY) or -1)
         fences = decode_fences(tc.getLocalProperty(FENCES_PROPERTY))
-        rows: list[tuple] = []
-        for b in batches:
-            rows.extend(zip(b.column("input").to_pylist(), b.column("kind").to_pylist(),
-                            b.column("row").to_pylist(), b.column("pos").to_pylist()))
+        sides = [changes_of_blobs(blobs) for blobs in blobs_by_input(arrow_pairs(batches), 2)]
         bound = _bound_stage(token, tc.partitionId(), stage, target)
         counts: Counter = Counter()
-        out = process_partition(bound, rows, batch_id, fences, counts, post)
+        out = process_partition(bound, sides, batch_id, fences, counts, post)
         if counts and acc is not None:
             acc.add(counts)
-        if not out:
-            return
-        cols = [
-            pa.array([c.kind for c in out], pa.string()),
-            pa.array([encode_row(c.row) for c in out], pa.binary()),
-            pa.array([encode_pos(c.pos) for c in out], pa.list_(pa.int64())),
-        ]
-        if downstream is not None:
-            nxt, inp = downstream
-            cols = [pa.array([encode_key(nxt.key_of(c, inp)) for c in out], pa.binary()),
-                    pa.array([inp] * len(out), pa.int32()), *cols]
-        yield pa.RecordBatch.from_arrays(cols, schema=schema)
+        rows = blob_rows(out, schema, downstream, buckets)
+        if rows:
+            yield blob_batch(rows)
 
-    return df.mapInArrow(fn, KEYED_SCHEMA if downstream is not None else CHANGE_SCHEMA)
+    return df.mapInArrow(fn, BLOB_SCHEMA)

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 RUN_FILE = "tidemark-run.json"
+#: how changes travel between the query's stages, recorded with the checkpoint: the keyed
+#: stages' stored state is keyed by what that form hands them (``tidemark.spark.keyed``)
+DATA_PATH = "arrow-ipc-blobs/1"
 DEFAULT_TRIGGER_INTERVAL = "500 milliseconds"
 #: Spark failures that say nothing about the pipeline: a Python worker started by the JVM
 #: did not connect back within Spark's fixed 10 s (seen on an overloaded machine). The
@@ -63,7 +66,8 @@ class RunInfo:
     """What a checkpoint fixes for its whole life, recorded in ``tidemark-run.json`` when it
     is created: the transactional writers' run id, and the state bucket count of the keyed
     stages (``tidemark.spark.keyed``: a key found in bucket ``crc32(key) mod N`` must be
-    looked up with the same N after a restart)."""
+    looked up with the same N after a restart). The file also names the data path
+    (``DATA_PATH``) whose state the checkpoint holds."""
 
     run_id: str
     state_buckets: int
@@ -78,7 +82,12 @@ def run_info_of(checkpoint: str, state_buckets: int | None = None) -> RunInfo:
         return RunInfo(uuid.uuid5(uuid.NAMESPACE_URL, checkpoint).hex[:12], state_buckets or DEFAULT_STATE_BUCKETS)
     path = Path(checkpoint.removeprefix("file://")) / RUN_FILE
     recorded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    if "state_buckets" in recorded:
+    if "state_buckets" in recorded and recorded.get("data_path") != DATA_PATH and (path.parent / "state").exists():
+        raise JobError(
+            f"checkpoint {checkpoint} holds keyed state of the data path {recorded.get('data_path', 'pickled-rows/1')}; "
+            f"this version runs {DATA_PATH} and keys state differently: start a new checkpoint"
+        )
+    if "state_buckets" in recorded and "data_path" in recorded:
         if state_buckets is not None and state_buckets != recorded["state_buckets"]:
             raise JobError(
                 f"checkpoint {checkpoint} keeps keyed state in {recorded['state_buckets']} buckets; "
@@ -90,10 +99,12 @@ def run_info_of(checkpoint: str, state_buckets: int | None = None) -> RunInfo:
             f"checkpoint {checkpoint} was written by an older Tidemark that kept one state value "
             "per key; this version keeps state in buckets and cannot read it: start a new checkpoint"
         )
-    info = RunInfo(str(recorded.get("run_id") or uuid.uuid4().hex[:12]), state_buckets or DEFAULT_STATE_BUCKETS)
+    buckets = state_buckets or recorded.get("state_buckets") or DEFAULT_STATE_BUCKETS
+    info = RunInfo(str(recorded.get("run_id") or uuid.uuid4().hex[:12]), int(buckets))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"run_id": info.run_id, "state_buckets": info.state_buckets}), encoding="utf-8")
+    record = {"run_id": info.run_id, "state_buckets": info.state_buckets, "data_path": DATA_PATH}
+    tmp.write_text(json.dumps(record), encoding="utf-8")
     os.replace(tmp, path)
     return info
 

@@ -1,32 +1,34 @@
 """Host any ``KeyedStage`` as a keyed stateful operator of a Spark streaming query.
 
 Stages know nothing of Spark; this module is the only place that translates. Between
-stages, changes travel as rows of ``CHANGE_SCHEMA``: the kind, the row tuple pickled
-(rows carry Decimal, datetime, None: pickle keeps them exact where JSON would not, and it
-is the fastest codec Python has), and the source position as ``array<bigint>``. Before a
-keyed stage, each change also gets ``key`` (the stage's ``key_of`` in a canonical byte
-form Spark can group on) and ``input`` (which input of a 2-input stage it came from):
-``KEYED_SCHEMA``. A 2-input stage (a join) unions both inputs and groups by key, so one
-call sees both sides of a key.
+passes and stages, changes travel as rows of ``BLOB_SCHEMA``: ``bucket``, ``input`` and
+``batch``, one Arrow IPC stream of a ``ChangeBatch`` (``tidemark.engine.batch_ipc``: the
+node's typed columns, kind, weight and source position) per task and destination state
+bucket. A Spark row per change made Spark's per-row and per-group costs (the pandas bridge
+rebuilding each group row by row, a pickled tuple per change unpickled and pickled again
+at every stage) the largest cost of a pipeline; a row per bucket pays them once per
+bucket, and the receiver gets typed columns it can hand to a batch kernel as they are.
 
-State lives in buckets: Spark groups a keyed stage's rows by ``bucket = crc32(key) mod
-buckets`` (``DEFAULT_STATE_BUCKETS``), not by key, and one binary value state per bucket
-holds ``{key bytes: state}`` pickled. A batch makes a constant number of state
-operations per *bucket* (one read, at most one write or remove), never one per key or
-row: pyspark's ``transformWithState`` pays a blocking socket round trip to the JVM per
-state call and per grouping key, plus an output batch per grouping key, and per-key
-grouping made those the largest Python cost of a pipeline (docs/benchmarks.md,
-"Performance work"). The price is that a touched bucket is unpickled and rewritten
-whole, so a bucket should stay small next to a batch: keys / buckets states. The bucket
-count is part of the checkpoint (a key must find its bucket again after a restart).
-Stages run through the one driver loop (``tidemark.engine.driver``): per key behind its
-per-key adapter, so ``process_key`` is still called once per key. The operator is
-``transformWithStateInPandas`` (Spark 4.0+): the only kind that can be chained (Spark
-rejects two ``applyInPandasWithState`` in one query, and a pipeline has several keyed
-stages), in its pandas form because that one converts columns, not cells (see
-``_tws_processor``). ``operator="applyInPandasWithState"`` stays available for a query
-with a single keyed stage and for the benchmark. Stages with ``wakeup_ms`` get one
-processing-time timer per bucket, at the earliest wakeup of its keys.
+The pass that produces changes for a keyed stage (the decode pass, a previous keyed stage
+with ``downstream=``, ``keyed_input``) computes each change's key (``key_of``, in the
+canonical byte form ``encode_key``) and its bucket ``crc32(key) mod buckets``, and emits
+one blob per bucket it touched. A 2-input stage (a join) unions both inputs and groups by
+bucket, so one call sees both sides of every key of the bucket.
+
+State lives in buckets: one binary value state per bucket (``tidemark.engine.state_codec``
+writes it), so a batch makes a constant number of state operations per *bucket* (one
+read, at most one write or remove), never one per key or row: pyspark's
+``transformWithState`` pays a blocking socket round trip to the JVM per state call and per
+grouping key. The price is that a touched bucket is read and rewritten whole, so a bucket
+should stay small next to a batch: keys / buckets states. The bucket count is part of the
+checkpoint (a key must find its bucket again after a restart), and every keyed stage of a
+query uses the same count. Stages run through the one driver loop
+(``tidemark.engine.driver.batch_stage``): a batch kernel as it is, any other stage per key
+behind its per-key adapter. The operator is ``transformWithStateInPandas`` (Spark 4.0+):
+the only kind that can be chained (Spark rejects two ``applyInPandasWithState`` in one
+query, and a pipeline has several keyed stages). ``operator="applyInPandasWithState"``
+stays available for a query with a single keyed stage and for the benchmark. Stages with
+``wakeup_ms`` get one processing-time timer per bucket, at the earliest wakeup of its keys.
 
 Errors: a ``TidemarkError`` raised by a stage (e.g. ``ConflictError``) crosses the Python
 worker -> JVM -> driver boundary only as text. ``StageFailure`` wraps it with a marker
@@ -45,16 +47,15 @@ import base64
 import itertools
 import pickle
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tidemark.engine import batch_ipc, state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine import state_codec
-from tidemark.engine.driver import PerKeyAdapter
+from tidemark.engine.driver import PerKeyAdapter, batch_stage
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
 
@@ -63,10 +64,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-CHANGE_SCHEMA = "kind string, row binary, pos array<bigint>"
-KEYED_SCHEMA = "key binary, input int, kind string, row binary, pos array<bigint>"
-CHANGE_COLUMNS = ("kind", "row", "pos")
-KEYED_COLUMNS = ("key", "input", "kind", "row", "pos")
+#: one row per task, destination bucket and stage input: an Arrow IPC ``ChangeBatch``
+BLOB_SCHEMA = "bucket int, input int, batch binary"
+BLOB_COLUMNS = ("bucket", "input", "batch")
 STATE_SCHEMA = "state binary"
 #: Spark sets this local property on every task of a micro-batch.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -75,25 +75,21 @@ DEFAULT_OPERATOR = "transformWithStateInPandas"
 #: state buckets per keyed stage (see the module docstring); fixed for a checkpoint's life
 DEFAULT_STATE_BUCKETS = 256
 #: the keyed stage's input columns
-_GROUPED_COLUMNS = ("bucket", *KEYED_COLUMNS, "now_ms")
+_GROUPED_COLUMNS = (*BLOB_COLUMNS, "now_ms")
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
-
-# ---------------------------------------------------------------------------- codecs
-
-
-def encode_row(row: tuple) -> bytes:
-    return pickle.dumps(row, _PICKLE_PROTOCOL)
+#: (stage, input index) changes are keyed for; None: no keyed stage follows (the sink)
+Target = tuple[Any, int] | None
 
 
-def decode_row(data: bytes) -> tuple:
-    return pickle.loads(data)
+# ---------------------------------------------------------------------------- transport
 
 
 def _canonical(value: Any) -> Any:
     """Values Python considers equal map to one representation (1 == 1.0 == True ==
-    Decimal('1.00')), so Spark groups exactly the keys a dict host would merge."""
+    Decimal('1.00')), so a key lands in the bucket every equal key lands in, as a dict
+    host would merge them."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, float):
@@ -116,9 +112,54 @@ def encode_key(key: tuple) -> bytes:
     return repr(_canonical(key)).encode()
 
 
-def encode_pos(pos: tuple) -> list[int]:
-    return [int(p) for p in pos]
+def blob_rows(changes: list[Change], schema: Any, target: Target, buckets: int) -> list[tuple[int, int, bytes]]:
+    """``changes`` as ``BLOB_SCHEMA`` rows: one per bucket of ``target`` they touch (one
+    row, bucket 0, without a target). ``schema``: the node's Arrow schema, or None."""
+    if not changes:
+        return []
+    table = batch_ipc.table_of(changes, schema)
+    if target is None:
+        return [(0, 0, batch_ipc.encode(table))]
+    stage, index = target
+    by_bucket = batch_ipc.split(
+        table, [batch_ipc.bucket_of(encode_key(stage.key_of(c, index)), buckets) for c in changes]
+    )
+    return [(b, index, batch_ipc.encode(t)) for b, t in by_bucket.items()]
 
+
+def blob_batch(rows: Sequence[tuple[int, int, bytes]]) -> Any:
+    """``BLOB_SCHEMA`` rows as the Arrow record batch a ``mapInArrow`` function yields."""
+    import pyarrow as pa
+
+    bucket, inp, batch = (list(c) for c in zip(*rows)) if rows else ([], [], [])
+    return pa.RecordBatch.from_arrays(
+        [pa.array(bucket, pa.int32()), pa.array(inp, pa.int32()), pa.array(batch, pa.binary())],
+        names=list(BLOB_COLUMNS),
+    )
+
+
+def blobs_by_input(pairs: Iterable[tuple[int, bytes]], n_inputs: int) -> list[list[bytes]]:
+    """``(input, blob)`` pairs of ``BLOB_SCHEMA`` rows as each input's blobs, in order."""
+    out: list[list[bytes]] = [[] for _ in range(n_inputs)]
+    for inp, blob in pairs:
+        out[inp].append(bytes(blob))
+    return out
+
+
+def arrow_pairs(batches: Iterable[Any]) -> Iterator[tuple[int, bytes]]:
+    """The ``(input, blob)`` pairs of Arrow batches of ``BLOB_SCHEMA`` rows."""
+    for b in batches:
+        yield from zip(b.column("input").to_pylist(), b.column("batch").to_pylist())
+
+
+def _pandas_pairs(frames: Iterable[pd.DataFrame]) -> Iterator[tuple[int, bytes]]:
+    for pdf in frames:
+        yield from zip(pdf["input"].tolist(), pdf["batch"].tolist())
+
+
+def changes_of_blobs(blobs: Sequence[bytes]) -> list[Change]:
+    """The changes of one node's blobs, in order."""
+    return batch_ipc.decode_batch(blobs).changes() if blobs else []
 
 # ---------------------------------------------------------------------------- errors
 
@@ -249,10 +290,13 @@ def _batch_id() -> int:
 
 
 def bucket_of(key: bytes, buckets: int) -> int:
-    """The state bucket of an encoded key: ``crc32(key) mod buckets``, the same function
-    Spark's ``pmod(crc32(key), buckets)`` computes, so tests and tools can find a key's
-    bucket without Spark."""
-    return zlib.crc32(key) % buckets
+    """The state bucket of an encoded key (``batch_ipc.bucket_of``), so tests and tools can
+    find a key's bucket without Spark."""
+    return batch_ipc.bucket_of(key, buckets)
+
+
+def _crash(stage_name: str, where: str, err: Exception) -> StageFailure:
+    return StageFailure(StageCrash(f"stage '{stage_name}' failed on {where}: {type(err).__name__}: {err}"))
 
 
 class _SparkKeyAdapter(PerKeyAdapter):
@@ -266,54 +310,69 @@ class _SparkKeyAdapter(PerKeyAdapter):
         except TidemarkError as err:
             raise StageFailure(err) from None
         except Exception as err:
-            raise StageFailure(
-                StageCrash(f"stage '{self.stage.name}' failed on key {key!r}: {type(err).__name__}: {err}")
-            ) from err
+            raise _crash(self.stage.name, f"key {key!r}", err) from err
+
+
+class _SparkKernel:
+    """A batch kernel (``driver.batch_stage``) with its errors reported as the per-key
+    adapter reports them, naming the bucket instead of a key."""
+
+    def __init__(self, kernel: Any, name: str):
+        self.kernel = kernel
+        self.name = name
+
+    def process_batch(self, inputs: Sequence[ChangeBatch], state: Any, ctx: BatchContext) -> tuple[Any, ChangeBatch]:
+        try:
+            return self.kernel.process_batch(inputs, state, ctx)
+        except StageFailure:
+            raise
+        except TidemarkError as err:
+            raise StageFailure(err) from None
+        except Exception as err:
+            raise _crash(self.name, f"a bucket of batch {ctx.batch_id}", err) from err
+
+
+def _driven(stage: KeyedStage) -> Any:
+    target = batch_stage(stage)
+    if isinstance(target, PerKeyAdapter):
+        return _SparkKeyAdapter(stage)
+    return _SparkKernel(target, stage.name)
 
 
 class _BucketRunner:
-    """One stage call for one state bucket: decode the bucket's changes, read its state
-    once, run the stage through the one driver loop (``tidemark.engine.driver``), write the
-    state at most once, encode what it emits. Shared by both Spark operators so they differ
+    """One stage call for one state bucket: decode the bucket's blobs into one
+    ``ChangeBatch`` per input, read its state once, run the stage through the one driver
+    loop (``tidemark.engine.driver``), write the state at most once, and split what it
+    emits by the downstream stage's bucket. Shared by both Spark operators so they differ
     only in how state and rows reach Python.
 
-    The stored value is written by ``tidemark.engine.state_codec``; for a stage still on the
-    pickled format it holds a ``Bucket``'s ``states``, grouped by the encoded key Spark
-    shuffled on (``{key bytes: (key, state)}`` for a stage with timers: a due key is called
-    without changes, so its key tuple cannot come from ``key_of``).
+    The stored value is written by ``tidemark.engine.state_codec``.
     """
 
     def __init__(
         self,
         stage: KeyedStage,
         accumulator: Any | None,
-        downstream: tuple[KeyedStage, int] | None,
+        downstream: Target,
         then: Sequence[StatelessStage] = (),
+        schema: Any = None,
+        buckets: int = DEFAULT_STATE_BUCKETS,
     ):
         self.stage = stage
-        self.adapter = _SparkKeyAdapter(stage)
+        self.driven = _driven(stage)
         self.accumulator = accumulator
         self.downstream = downstream
         self.then = list(then)
+        self.schema = schema
+        self.buckets = buckets
 
-    def run(
-        self,
-        rows: Iterable[tuple[bytes, int, str, bytes, Any]],
-        stored: bytes | None,
-        now_ms: int,
-    ) -> _Result:
-        """``rows`` yields (key bytes, input, kind, row bytes, pos) — none for a timer call."""
-        n_inputs = self.stage.n_inputs
-        changes: list[list[Change]] = [[] for _ in range(n_inputs)]
-        groups: list[list[bytes]] = [[] for _ in range(n_inputs)]
-        for key_bytes, inp, kind, row, pos in rows:
-            changes[inp].append(Change(kind, pickle.loads(row), tuple(pos)))
-            groups[inp].append(key_bytes)
-        bucket = state_codec.decode_state(self.stage, stored)
-        old_wakeup = bucket.next_wakeup()
+    def run(self, blobs: list[list[bytes]], stored: bytes | None, now_ms: int) -> _Result:
+        """``blobs``: the bucket's blobs per stage input (none for a timer call)."""
+        inputs = [batch_ipc.decode_batch(bs) if bs else ChangeBatch.from_changes([]) for bs in blobs]
+        state = state_codec.decode_state(self.stage, stored)
+        old_wakeup = _next_wakeup(state)
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
-        inputs = [ChangeBatch(changes=cs, groups=gs) for cs, gs in zip(changes, groups)]
-        bucket, out = self.adapter.process_batch(inputs, bucket, ctx)
+        state, out = self.driven.process_batch(inputs, state, ctx)
         emitted = out.changes()
         if ctx.metrics and self.accumulator is not None:
             self.accumulator.add(Counter({f"{self.stage.name}.{k}": v for k, v in ctx.metrics.items()}))
@@ -321,73 +380,59 @@ class _BucketRunner:
             if not emitted:
                 break
             emitted = after.process(emitted)
-        new_stored = state_codec.encode_state(self.stage, bucket)
-        return _Result(new_stored, self._encode(emitted), old_wakeup, bucket.next_wakeup())
+        new_stored = state_codec.encode_state(self.stage, state)
+        rows = blob_rows(emitted, self.schema, self.downstream, self.buckets)
+        return _Result(new_stored, rows, old_wakeup, _next_wakeup(state))
 
-    def _encode(self, emitted: list[Change]) -> list[tuple]:
-        if self.downstream is None:
-            return [(c.kind, encode_row(c.row), encode_pos(c.pos)) for c in emitted]
-        nxt, inp = self.downstream
-        return [
-            (encode_key(nxt.key_of(c, inp)), inp, c.kind, encode_row(c.row), encode_pos(c.pos))
-            for c in emitted
-        ]
+
+def _next_wakeup(state: Any) -> int | None:
+    """The bucket's timer (``Bucket.next_wakeup``; a typed state without one has none)."""
+    wakeup = getattr(state, "next_wakeup", None)
+    return wakeup() if wakeup is not None else None
 
 
 class _Result(NamedTuple):
     stored: bytes | None  # None: remove the bucket's state
-    rows: list[tuple]  # output rows, CHANGE or KEYED column order
+    rows: list[tuple]  # output rows, BLOB_SCHEMA column order
     old_wakeup: int | None  # the bucket's timer for the state read (``Bucket.next_wakeup``)
     new_wakeup: int | None  # the timer the new state needs
 
 
-def _output_schema(downstream: tuple[KeyedStage, int] | None) -> str:
-    return KEYED_SCHEMA if downstream is not None else CHANGE_SCHEMA
+def _frame(rows: list[tuple]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame.from_records(rows, columns=list(BLOB_COLUMNS))
 
 
-def _output_columns(downstream: tuple[KeyedStage, int] | None) -> tuple[str, ...]:
-    return KEYED_COLUMNS if downstream is not None else CHANGE_COLUMNS
-
-
-def _frame_rows(pdf: pd.DataFrame) -> Iterator[tuple]:
-    """A keyed frame's rows as ``_BucketRunner.run`` takes them, a column at a time. Its
-    ``pos`` cells are numpy arrays: ``tolist()`` gives the ints the stages compare."""
-    return zip(pdf["key"].tolist(), pdf["input"].tolist(), pdf["kind"].tolist(),
-               pdf["row"].tolist(), [p.tolist() for p in pdf["pos"]])
-
-
-def _pandas_state_fn(runner: _BucketRunner, columns: tuple[str, ...]):
+def _pandas_state_fn(runner: _BucketRunner):
     """The applyInPandasWithState function: state arrives with the group (no round trip)."""
 
     def fn(_bucket: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        import pandas as pd
-
         old = state.get[0] if state.exists else None
-        rows = (r for pdf in pdfs for r in _frame_rows(pdf))
-        res = runner.run(rows, old, state.getCurrentProcessingTimeMs())
+        res = runner.run(blobs_by_input(_pandas_pairs(pdfs), runner.stage.n_inputs), old, state.getCurrentProcessingTimeMs())
         if res.stored is None:
             if old is not None:
                 state.remove()
         elif res.stored != old:
             state.update((res.stored,))
         if res.rows:
-            yield pd.DataFrame.from_records(res.rows, columns=list(columns))
+            yield _frame(res.rows)
 
     return fn
 
 
-def _tws_processor(runner: _BucketRunner, columns: tuple[str, ...], timers: bool):
+def _tws_processor(runner: _BucketRunner, timers: bool):
     """A transformWithStateInPandas processor over state buckets: one value state per
     bucket, read once and written at most once per batch (each is a JVM round trip). With
     ``timers`` (stages that have ``wakeup_ms``) a bucket keeps one processing-time timer at
     its keys' earliest wakeup time, moved only when that time changes.
 
     Pandas rather than pyspark's row-based ``transformWithState``: that one converts every
-    input cell with its own Arrow scalar (~6 us a cell here, 42 us a keyed row) and every
-    output row through ``Row.asDict``; pandas converts whole columns, and its higher cost
-    per group is paid per bucket, not per key."""
-    import pandas as pd
+    input cell with its own Arrow scalar and every output row through ``Row.asDict``;
+    pandas converts whole columns."""
     from pyspark.sql.streaming import StatefulProcessor
+
+    n_inputs = runner.stage.n_inputs
 
     class StageProcessor(StatefulProcessor):
         def init(self, handle):
@@ -407,23 +452,22 @@ def _tws_processor(runner: _BucketRunner, columns: tuple[str, ...], timers: bool
                 if res.new_wakeup is not None:
                     self.handle.registerTimer(res.new_wakeup)
             if res.rows:
-                yield pd.DataFrame.from_records(res.rows, columns=list(columns))
+                yield _frame(res.rows)
 
         def handleInputRows(self, key, rows, timerValues):
             got = self.state.get()
             old = bytes(got[0]) if got is not None else None
             first = next(rows)  # a group always has at least one frame
             now = int(first["now_ms"].iloc[0])
-
-            changes = (r for pdf in itertools.chain([first], rows) for r in _frame_rows(pdf))
-            yield from self._apply(old, runner.run(changes, old, now))
+            blobs = blobs_by_input(_pandas_pairs(itertools.chain([first], rows)), n_inputs)
+            yield from self._apply(old, runner.run(blobs, old, now))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
             got = self.state.get()
             if got is None:
                 return
             old = bytes(got[0])
-            res = runner.run((), old, timerValues.getCurrentProcessingTimeInMs())
+            res = runner.run([[] for _ in range(n_inputs)], old, timerValues.getCurrentProcessingTimeInMs())
             yield from self._apply(old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
 
         def close(self):
@@ -436,54 +480,32 @@ def _tws_processor(runner: _BucketRunner, columns: tuple[str, ...], timers: bool
 
 
 def keyed_input(
-    changes: DataFrame,
+    blobs: DataFrame,
     stage: KeyedStage,
     input_index: int = 0,
     before: Sequence[StatelessStage] = (),
+    buckets: int = DEFAULT_STATE_BUCKETS,
+    schema: Any = None,
 ) -> DataFrame:
-    """Give change rows (``CHANGE_SCHEMA``) the ``key`` and ``input`` columns ``stage``
-    groups on (-> ``KEYED_SCHEMA``), running the stateless stages ``before`` first in the
-    same Python pass (calc between two keyed stages costs no extra pass)."""
+    """Split ``BLOB_SCHEMA`` rows by ``stage``'s buckets (``buckets``: the count
+    ``run_keyed_stage`` gets), running the stateless stages ``before`` first in the same
+    Python pass; ``schema``: the Arrow schema of what ``before`` emits."""
     if not 0 <= input_index < stage.n_inputs:
         raise ValueError(
             f"stage '{stage.name}' has {stage.n_inputs} input(s); no input {input_index}"
         )
-    import pyarrow as pa
-
-    out_schema = pa.schema(
-        [
-            ("key", pa.binary()),
-            ("input", pa.int32()),
-            ("kind", pa.string()),
-            ("row", pa.binary()),
-            ("pos", pa.list_(pa.int64())),
-        ]
-    )
     pre = list(before)
+    target = (stage, input_index)
 
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            kinds = batch.column("kind").to_pylist()
-            rows = batch.column("row").to_pylist()
-            poses = batch.column("pos").to_pylist()
-            cs = [
-                Change(k, pickle.loads(r), tuple(p) if p is not None else ())
-                for k, r, p in zip(kinds, rows, poses)
-            ]
-            for st in pre:
-                cs = st.process(cs)
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array([encode_key(stage.key_of(c, input_index)) for c in cs], pa.binary()),
-                    pa.array([input_index] * len(cs), pa.int32()),
-                    pa.array([c.kind for c in cs], pa.string()),
-                    pa.array([encode_row(c.row) for c in cs], pa.binary()),
-                    pa.array([encode_pos(c.pos) for c in cs], pa.list_(pa.int64())),
-                ],
-                schema=out_schema,
-            )
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        cs = changes_of_blobs([blob for _, blob in arrow_pairs(batches)])
+        for st in pre:
+            cs = st.process(cs)
+        rows = blob_rows(cs, schema, target, buckets)
+        if rows:
+            yield blob_batch(rows)
 
-    return changes.select(*CHANGE_COLUMNS).mapInArrow(fn, KEYED_SCHEMA)
+    return blobs.select(*BLOB_COLUMNS).mapInArrow(fn, BLOB_SCHEMA)
 
 
 def has_timers(stage: KeyedStage) -> bool:
@@ -495,24 +517,25 @@ def run_keyed_stage(
     inputs: Sequence[DataFrame],
     stage: KeyedStage,
     metrics: StageMetrics | None = None,
-    downstream: tuple[KeyedStage, int] | None = None,
+    downstream: Target = None,
     operator: str = DEFAULT_OPERATOR,
     then: Sequence[StatelessStage] = (),
     buckets: int = DEFAULT_STATE_BUCKETS,
+    schema: Any = None,
 ) -> DataFrame:
-    """Apply ``stage`` to streaming inputs in ``KEYED_SCHEMA`` (one DataFrame per stage
-    input, from ``keyed_input`` or a previous stage's ``downstream`` output) and return
-    the changes it emits per batch, Append mode.
+    """Apply ``stage`` to streaming inputs of ``BLOB_SCHEMA`` rows split by its buckets
+    (one DataFrame per stage input, from ``keyed_input`` or a previous stage's
+    ``downstream`` output) and return the changes it emits per batch, Append mode, as
+    ``BLOB_SCHEMA`` rows: with ``downstream=(next_stage, input_index)`` split by
+    ``next_stage``'s buckets (saves a Python pass), else one row per bucket that emitted.
+    ``schema``: the Arrow schema of what is emitted (after ``then``), None to infer it.
 
-    Output is ``CHANGE_SCHEMA``; with ``downstream=(next_stage, input_index)`` it is
-    ``KEYED_SCHEMA`` already keyed for ``next_stage`` (saves a Python pass).
     ``then``: stateless stages (calc) run on what the stage emits, in the same pass, before
-    the output is encoded or keyed: a calc between two keyed stages (or before the sink)
-    would otherwise cost a ``mapInArrow`` pass of its own, with every change crossing the
-    JVM/Python boundary twice more (py-spy: ~11% of a join pipeline's Python samples).
+    the output is encoded or split: a calc between two keyed stages (or before the sink)
+    would otherwise cost a ``mapInArrow`` pass of its own.
 
-    ``buckets``: the stage's state buckets (module docstring); a restart from a checkpoint
-    must use the count it was created with.
+    ``buckets``: the state buckets of this stage and of ``downstream`` (module docstring);
+    a restart from a checkpoint must use the count it was created with.
 
     A stage with ``wakeup_ms`` gets processing-time timers. Spark then runs a (no-data)
     micro-batch at every trigger so timers can fire: such a query never looks idle to
@@ -533,19 +556,16 @@ def run_keyed_stage(
         )
     if buckets < 1:
         raise ValueError(f"state buckets must be >= 1, got {buckets}")
-    df = inputs[0].select(*KEYED_COLUMNS)
+    df = inputs[0].select(*BLOB_COLUMNS)
     for other in inputs[1:]:
-        df = df.unionByName(other.select(*KEYED_COLUMNS))
-    # the same function as bucket_of; an int column keeps the grouping key small
-    df = df.withColumn("bucket", F.pmod(F.crc32("key"), F.lit(buckets)).cast("int"))
-    runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then)
-    columns = _output_columns(downstream)
+        df = df.unionByName(other.select(*BLOB_COLUMNS))
+    runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then, schema, buckets)
     if operator == "applyInPandasWithState":
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         return df.groupBy("bucket").applyInPandasWithState(
-            _pandas_state_fn(runner, columns),
-            outputStructType=_output_schema(downstream),
+            _pandas_state_fn(runner),
+            outputStructType=BLOB_SCHEMA,
             stateStructType=STATE_SCHEMA,
             outputMode="append",
             timeoutConf=GroupStateTimeout.NoTimeout,
@@ -555,8 +575,8 @@ def run_keyed_stage(
     df = df.withColumn("now_ms", F.unix_millis(F.current_timestamp()))
     grouped = df.select(*_GROUPED_COLUMNS).groupBy("bucket")
     return grouped.transformWithStateInPandas(
-        _tws_processor(runner, columns, timers),
-        outputStructType=_output_schema(downstream),
+        _tws_processor(runner, timers),
+        outputStructType=BLOB_SCHEMA,
         outputMode="Append",
         # "ProcessingTime" makes Spark run a no-data batch at every trigger forever (so
         # timers can fire): only stages with timers pay for it. Without it the batch time
@@ -566,18 +586,15 @@ def run_keyed_stage(
 
 
 def changes_from_rows(rows: Iterable[Any]) -> list[Change]:
-    """Decode collected ``CHANGE_SCHEMA`` rows (pyspark Rows or tuples) into Changes."""
-    out = []
-    for r in rows:
-        kind, row, pos = r["kind"], r["row"], r["pos"]
-        out.append(Change(kind, decode_row(bytes(row)), tuple(pos or ())))
-    return out
+    """The changes of collected ``BLOB_SCHEMA`` rows (pyspark Rows or tuples), row by row."""
+    return [c for r in rows for c in changes_of_blobs([bytes(r["batch"])])]
 
 
-def changes_to_records(changes: Iterable[Change]) -> list[tuple[str, bytes, list[int]]]:
-    """Encode Changes as ``CHANGE_SCHEMA`` tuples (for createDataFrame or test files)."""
-    return [(c.kind, encode_row(c.row), encode_pos(c.pos)) for c in changes]
-
+def encode_changes(changes: list[Change], schema: Any = None) -> bytes | None:
+    """Changes as one blob (a ``BLOB_SCHEMA`` row's ``batch``; for test sources), None
+    for no changes."""
+    rows = blob_rows(changes, schema, None, 1)
+    return rows[0][2] if rows else None
 
 # ---------------------------------------------------------------------------- state size
 

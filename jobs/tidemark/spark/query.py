@@ -15,22 +15,23 @@ Why this shape (each point measured or forced by Spark):
   branch (a join with a dead-letter branch read everything three times, and the progress
   counted it three times). With one stream per source table each branch reads only its
   topic, and decoding, the calc stages up to the first keyed stage and computing that
-  stage's key happen in ONE ``mapInArrow`` pass.
+  stage's key and bucket happen in ONE ``mapInArrow`` pass.
 - **Dead letters leave through an accumulator, not a branch.** A bad record is found by
   decoding; a second branch to find them would decode every record again. The decode
   pass adds each bad record, under its batch id and source coordinate, to an accumulator
   the driver reads after the batch has run; ``foreachBatch`` writes them to the
   dead-letter topic with the batch's id (transactional: a replay writes nothing twice).
   Keying by coordinate makes a task retried by Spark harmless.
-- **Calc runs as Python over change rows**, fused into a pass that exists anyway (the
-  decode pass or the pass that keys rows for the next keyed stage); only a calc after the
-  last keyed stage gets a pass of its own. The stage object is the very one ``ReplayHost``
-  runs. Spark SQL expressions (``Calc.to_spark_sql``) would need every row unpickled into
-  typed columns and pickled again around them: two extra passes to save one Python call
-  per row, and a second implementation of SQL semantics to keep equal.
+- **Changes cross every boundary as Arrow IPC blobs** (``tidemark.spark.keyed``,
+  ``BLOB_SCHEMA``): a pass emits one row per destination bucket of the next keyed stage
+  (one row in all before the sink), typed by the node's columns, so Spark moves a few
+  large rows per batch instead of one row per change.
+- **Calc runs in Python on the changes of a pass that exists anyway** (the decode pass,
+  or the keyed stage it follows, ``then=``). The stage object is the very one
+  ``ReplayHost`` runs: one implementation of SQL semantics.
 - Keyed stages (normalize, join, aggregate, materializer, merge engine) are hosted by
   ``tidemark.spark.keyed``; a keyed stage directly followed by another emits rows already
-  keyed for it (``downstream=``), saving a pass. A join unions both inputs.
+  split for it (``downstream=``), saving a pass. A join unions both inputs.
 """
 
 from __future__ import annotations
@@ -43,26 +44,32 @@ from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import StatelessStage
+from tidemark.engine import batch_ipc
 from tidemark.spark.keyed import (
-    CHANGE_COLUMNS,
-    CHANGE_SCHEMA,
+    BLOB_SCHEMA,
     DEFAULT_STATE_BUCKETS,
-    KEYED_SCHEMA,
     StageCrash,
     StageFailure,
     StageMetrics,
+    Target,
+    blob_batch,
+    blob_rows,
     run_keyed_stage,
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
-from tidemark.spark.source import SourceTable, client_options, read_stream, startup_options
+from tidemark.spark.source import (
+    RAW_COLUMNS,
+    SourceTable,
+    client_options,
+    decode_records,
+    read_stream,
+    startup_options,
+)
+from tidemark.spark.sink import DEAD_LETTER_COLUMNS as LETTER_COLUMNS
 from tidemark.spark.watermark import check_supported as check_event_time
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-#: (stage, input index) a frame is keyed for; None = plain change rows
-Target = tuple[Any, int] | None
-
 
 class GuardedStage:
     """A stateless stage whose errors cross the Python worker -> driver boundary as
@@ -122,34 +129,6 @@ class DeadLetterAccumulator:
 
 # ---------------------------------------------------------------------------- the passes
 
-def _arrow_schemas() -> tuple[Any, Any]:
-    import pyarrow as pa
-
-    fields = [("kind", pa.string()), ("row", pa.binary()), ("pos", pa.list_(pa.int64()))]
-    change = pa.schema(fields)
-    keyed = pa.schema([("key", pa.binary()), ("input", pa.int32()), *fields])
-    return change, keyed
-
-
-def _emit(cs: list[Change], target: Target) -> Any:
-    """Changes as one Arrow batch: ``KEYED_SCHEMA`` for ``target``, else ``CHANGE_SCHEMA``."""
-    import pyarrow as pa
-
-    from tidemark.spark.keyed import encode_key, encode_pos, encode_row
-
-    change, keyed = _arrow_schemas()
-    cols = [
-        pa.array([c.kind for c in cs], pa.string()),
-        pa.array([encode_row(c.row) for c in cs], pa.binary()),
-        pa.array([encode_pos(c.pos) for c in cs], pa.list_(pa.int64())),
-    ]
-    if target is None:
-        return pa.RecordBatch.from_arrays(cols, schema=change)
-    stage, index = target
-    key = pa.array([encode_key(stage.key_of(c, index)) for c in cs], pa.binary())
-    return pa.RecordBatch.from_arrays([key, pa.array([index] * len(cs), pa.int32()), *cols], schema=keyed)
-
-
 def _batch_id() -> int:
     from pyspark import TaskContext
 
@@ -161,132 +140,112 @@ def _batch_id() -> int:
 def decode_batch(
     records: list[dict[str, Any]], src: SourceTable, decoder: Any, batch_id: int
 ) -> tuple[list[Change], dict[tuple, dict[str, Any]]]:
-    """Decode raw records of one source table: (changes, bad records by coordinate).
-    Spark-free, so the routing is testable without a session. A change's position is
-    ``(batch id, source index, partition, offset)``."""
-    from tidemark.formats import DecodeError
+    """Decode raw records of one source table with ``decoder`` (a per-record or a batch
+    decoder): (changes, bad records by coordinate). Spark-free, so the routing is testable
+    without a session. A change's position is ``(batch id, source index, partition,
+    offset)``."""
+    columns = {name: [r.get(name) for r in records] for name in RAW_COLUMNS}
+    return split_decoded(decode_records(columns, {src.topic: src}, batch_id, {src.topic: decoder}))
 
+
+def split_decoded(out: dict[str, list[Any]]) -> tuple[list[Change], dict[tuple, dict[str, Any]]]:
+    """``decode_records`` output as (changes, dead letters by source coordinate)."""
     changes: list[Change] = []
     bad: dict[tuple, dict[str, Any]] = {}
-    table = src.table.name
-    for r in records:
-        pos = (batch_id, src.source_index, r["partition"], r["offset"])
-        try:
-            changes.extend(decoder.decode(r["key"], r["value"], pos, r["topic"]))
-        except DecodeError as err:
-            coord = (r["topic"], r["partition"], r["offset"])
-            bad[coord] = {
-                "table": table, "format": decoder.spec.name, "topic": r["topic"],
-                "partition": r["partition"], "offset": r["offset"], "timestamp": r.get("timestamp"),
-                "key": r["key"], "value": r["value"], "error_kind": err.kind,
-                "reason": f"{table} @ {r['topic']}/{r['partition']}/{r['offset']}: {err.reason}",
-            }
+    for i, error in enumerate(out["error_kind"]):
+        if error is None:
+            changes.append(Change(out["kind"][i], out["row"][i], tuple(out["pos"][i])))
+        else:
+            bad[(out["topic"][i], out["partition"][i], out["offset"][i])] = {name: out[name][i] for name in LETTER_COLUMNS}
     return changes, bad
 
 
-def _fill_timestamps(bad: dict[tuple, dict[str, Any]], records: list[dict[str, Any]], timestamps: Any) -> None:
+def _fill_timestamps(bad: dict[tuple, dict[str, Any]], columns: dict[str, list[Any]], timestamps: Any) -> None:
     """Give each bad record the source timestamp of its raw record (``timestamps``: the
-    batch's Arrow column, in ``records`` order)."""
-    for i, r in enumerate(records):
-        letter = bad.get((r["topic"], r["partition"], r["offset"]))
+    batch's Arrow column, in ``columns`` order)."""
+    for i, coord in enumerate(zip(columns["topic"], columns["partition"], columns["offset"])):
+        letter = bad.get(coord)
         if letter is not None:
             letter["timestamp"] = timestamps[i].as_py()
 
 
 def decode_pass(
     raw: DataFrame, src: SourceTable, stages: Sequence[StatelessStage], target: Target,
-    dead_letters: DeadLetterAccumulator,
+    dead_letters: DeadLetterAccumulator, schema: Any, buckets: int,
 ) -> DataFrame:
-    """Raw records of one table -> its changes, through ``stages``, keyed for ``target``;
-    bad records to ``dead_letters``. One Python pass."""
+    """Raw records of one table -> its changes (decoded a batch at a time where the format
+    allows, bad records still one by one: ``decode_records``), through ``stages``, as ``BLOB_SCHEMA``
+    rows split by ``target``'s buckets (``schema``: the Arrow schema of what ``stages``
+    emit); bad records to ``dead_letters``. One Python pass, one row per bucket a task
+    touched."""
     pre = list(stages)
     acc = dead_letters.accumulator
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        from tidemark.formats import decoder_for
-
-        decoder = decoder_for(src.table, src.registry_url)
         batch_id = _batch_id()
+        decoders: dict[str, Any] = {}  # a batch decoder where the format has one
         bad: dict[tuple, dict[str, Any]] = {}
+        changes: list[Change] = []
         for batch in batches:
             # without the timestamp column: a tz-aware datetime per record cost more than
             # the JSON decode; only a dead letter needs it (filled in below)
-            records = batch.drop_columns(["timestamp"]).to_pylist()
-            cs, b = decode_batch(records, src, decoder, batch_id)
+            columns = batch.drop_columns(["timestamp"]).to_pydict()
+            columns["timestamp"] = [None] * batch.num_rows
+            cs, b = split_decoded(decode_records(columns, {src.topic: src}, batch_id, decoders))
             if b:
-                _fill_timestamps(b, records, batch.column("timestamp"))
+                _fill_timestamps(b, columns, batch.column("timestamp"))
             bad.update(b)
             for st in pre:
                 cs = st.process(cs)
-            yield _emit(cs, target)
+            changes.extend(cs)
         if bad:
             acc.add({batch_id: bad})
+        rows = blob_rows(changes, schema, target, buckets)
+        if rows:
+            yield blob_batch(rows)
 
-    return raw.mapInArrow(fn, KEYED_SCHEMA if target is not None else CHANGE_SCHEMA)
-
-
-def stateless_pass(df: DataFrame, stages: Sequence[StatelessStage]) -> DataFrame:
-    """Run stateless stages over ``CHANGE_SCHEMA`` rows in one Arrow pass."""
-    if not stages:
-        return df
-    pre = list(stages)
-
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        import pickle
-
-        for batch in batches:
-            cs = [
-                Change(k, pickle.loads(r), tuple(p) if p is not None else ())
-                for k, r, p in zip(
-                    batch.column("kind").to_pylist(),
-                    batch.column("row").to_pylist(),
-                    batch.column("pos").to_pylist(),
-                )
-            ]
-            for st in pre:
-                cs = st.process(cs)
-            yield _emit(cs, None)
-
-    return df.select(*CHANGE_COLUMNS).mapInArrow(fn, CHANGE_SCHEMA)
+    return raw.mapInArrow(fn, BLOB_SCHEMA)
 
 
 # ---------------------------------------------------------------------------- the plan walk
 
 
 class _Output:
-    """A node's output, not built yet: ``build(target, pending)`` makes the frame once the
-    consumer is known, so each producer can fuse the consumer's calc and keying into a
-    pass it runs anyway."""
+    """A node's output, not built yet: ``build(target, pending, schema)`` makes the frame
+    once the consumer is known, so each producer can fuse the consumer's calc and keying
+    into a pass it runs anyway. ``schema``: the Arrow schema of the last node's columns
+    (``batch_ipc.schema_of``), what the frame's blobs carry."""
 
-    def __init__(self, build: Callable[[Target, list[StatelessStage]], DataFrame], pending: list[StatelessStage]):
+    def __init__(self, build: Callable[[Target, list[StatelessStage], Any], DataFrame],
+                 pending: list[StatelessStage], schema: Any):
         self._build = build
         self.pending = pending
+        self.schema = schema
 
-    def then(self, stage: StatelessStage) -> _Output:
-        return _Output(self._build, [*self.pending, stage])
+    def then(self, stage: StatelessStage, schema: Any) -> _Output:
+        return _Output(self._build, [*self.pending, stage], schema)
 
     def keyed_for(self, stage: Any, index: int) -> DataFrame:
-        return self._build((stage, index), self.pending)
+        return self._build((stage, index), self.pending, self.schema)
 
     def changes(self) -> DataFrame:
-        return self._build(None, self.pending)
+        return self._build(None, self.pending, self.schema)
 
 
-def union_output(upstream: list[_Output]) -> _Output:
+def union_output(upstream: list[_Output], schema: Any) -> _Output:
     """A union stage (``UNION ALL``): no pass of its own. Each branch builds its frame for
     the union's consumer, running the calcs after the union in its own pass (they are row
-    by row, so a calc over the union is the calc over each branch), and the frames are
-    unioned by name."""
+    by row, so a calc over the union is the calc over each branch), with the blobs typed
+    and named as the union's output, and the frames are unioned by name."""
 
-    def build(target: Target, pending: list[StatelessStage]) -> DataFrame:
+    def build(target: Target, pending: list[StatelessStage], out_schema: Any) -> DataFrame:
         frames = []
         for out in upstream:
-            for stage in pending:
-                out = out.then(stage)
-            frames.append(out.changes() if target is None else out.keyed_for(*target))
+            branch = _Output(out._build, [*out.pending, *pending], out_schema)
+            frames.append(branch.changes() if target is None else branch.keyed_for(*target))
         return reduce(lambda a, b: a.unionByName(b), frames)
 
-    return _Output(build, [])
+    return _Output(build, [], schema)
 
 
 def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[SourceTable]:
@@ -311,7 +270,8 @@ def source_tables(pipeline: Pipeline, registry_url: str | None = None) -> list[S
 
 
 def _is_keyed(stage: Any) -> bool:
-    return stage is not None and hasattr(stage, "process_key")
+    """A keyed stage (``KeyedStage``: it says which key a change belongs to)."""
+    return stage is not None and hasattr(stage, "key_of")
 
 
 def build_query_frame(
@@ -327,7 +287,7 @@ def build_query_frame(
     index: Any = None,
     state_buckets: int = DEFAULT_STATE_BUCKETS,
 ) -> DataFrame:
-    """The streaming frame of the changes the sink receives (``CHANGE_SCHEMA``); bad
+    """The streaming frame of the changes the sink receives (``BLOB_SCHEMA``); bad
     records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
     records per micro-batch. ``index`` (``tidemark.spark.delta.IndexTarget``): delta joins
     run stateless against that index service (``tidemark.spark.delta``)."""
@@ -335,6 +295,7 @@ def build_query_frame(
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     outputs: dict[int, _Output] = {}
     for node in pipeline.nodes:
+        schema = batch_ipc.schema_of(node.columns, node.types)
         if node.kind == "source":
             src = tables[node.table]
             raw = read_stream(
@@ -342,28 +303,32 @@ def build_query_frame(
                 **{**client_options(src.table), **startup_options(src.table), **(source_options or {})},
             )
 
-            def build_source(target: Target, pending: list, raw: Any = raw, src: SourceTable = src) -> DataFrame:
-                return decode_pass(raw, src, pending, target, dead_letters)
+            def build_source(target: Target, pending: list, out_schema: Any, raw: Any = raw,
+                             src: SourceTable = src) -> DataFrame:
+                return decode_pass(raw, src, pending, target, dead_letters, out_schema, state_buckets)
 
-            outputs[node.id] = _Output(build_source, [])
+            outputs[node.id] = _Output(build_source, [], schema)
         elif node.kind == "sink":
             return outputs[node.inputs[0]].changes()
         elif _is_keyed(node.stage):
             stage = node.stage
             upstream = [outputs[i] for i in node.inputs]
 
-            def build_keyed(target: Target, pending: list, stage: Any = stage, upstream: list = upstream) -> DataFrame:
+            def build_keyed(target: Target, pending: list, out_schema: Any, stage: Any = stage,
+                            upstream: list = upstream) -> DataFrame:
                 inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
                 if index is not None and is_delta_join(stage):
-                    return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending)
+                    return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending,
+                                          schema=out_schema, buckets=state_buckets)
                 # a calc after the stage runs in the stage's own pass (``then``)
-                return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending, buckets=state_buckets)
+                return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending,
+                                       buckets=state_buckets, schema=out_schema)
 
-            outputs[node.id] = _Output(build_keyed, [])
+            outputs[node.id] = _Output(build_keyed, [], schema)
         elif hasattr(node.stage, "process_inputs"):
-            outputs[node.id] = union_output([outputs[i] for i in node.inputs])
+            outputs[node.id] = union_output([outputs[i] for i in node.inputs], schema)
         elif node.stage is not None:
-            outputs[node.id] = outputs[node.inputs[0]].then(GuardedStage(node.stage))
+            outputs[node.id] = outputs[node.inputs[0]].then(GuardedStage(node.stage), schema)
         else:
             raise PlanError(f"stage [{node.id}] {node.kind} has nothing the Spark job can run")
     raise PlanError("the pipeline has no sink")

@@ -1,8 +1,8 @@
 """Writing a Spark micro-batch of changes to Kafka (call from ``foreachBatch``), and the
 dead-letter topic.
 
-Input: a DataFrame of ``CHANGE_SCHEMA`` rows (``kind``, pickled ``row``, ``pos``), the form
-changes travel in between stages (``tidemark.spark.keyed``).
+Input: a DataFrame of ``BLOB_SCHEMA`` rows (Arrow IPC change batches), the form changes
+travel in between stages (``tidemark.spark.keyed``).
 
 Delivery under replay (Spark re-runs the batch it had not committed after a crash):
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.catalog import TableDef
@@ -99,11 +99,15 @@ def _shared_producer(conf: dict[str, Any]) -> Any:
     return producer
 
 
-def _changes_of(rows: Iterable[Any]) -> Iterator[Change]:
-    from tidemark.spark.keyed import decode_row
+class _SinkKey:
+    """The sink primary key as a keyed stage's ``key_of``: what splits a batch's blobs so
+    that every change of one Kafka key reaches one task."""
 
-    for r in rows:
-        yield Change(r["kind"], decode_row(r["row"]), tuple(r["pos"] or ()))
+    def __init__(self, pk: Sequence[int]):
+        self.pk = tuple(pk)
+
+    def key_of(self, change: Change, _input: int) -> tuple:
+        return tuple(change.row[i] for i in self.pk)
 
 
 class UpsertSink:
@@ -123,22 +127,22 @@ class UpsertSink:
     def write_batch(self, df: DataFrame, batch_id: int) -> int:
         """Write one batch; returns the number of records produced.
 
-        Two Arrow passes, no Python RDD shuffle (pickling every change through
-        ``groupByKey`` cost ~5x more): tag each change with its encoded Kafka key, shuffle
-        by that key and sort within partitions so a key's changes are adjacent, then
-        consolidate each run of one key and produce."""
+        Two Arrow passes: split the batch's changes by sink primary key into one blob per
+        task and key bucket, shuffle by bucket, then consolidate each key's changes and
+        produce. The split keeps the node's Arrow types, so no row is pickled."""
+        from tidemark.engine import batch_ipc
+        from tidemark.spark.keyed import BLOB_SCHEMA, arrow_pairs, blob_batch, blob_rows, changes_of_blobs
+
         table, url, topic, timeout = self.table, self.registry_url, self.topic, self.flush_timeout_s
         conf = producer_config(self.bootstrap, table_properties(table.options))
+        schema = batch_ipc.schema_of(table.column_names, table.types)
+        target = (_SinkKey(table.pk_indexes), 0)
+        buckets = max(1, int(df.sparkSession.conf.get("spark.sql.shuffle.partitions")))
 
-        def add_key(batches: Iterator[Any]) -> Iterator[Any]:
-            import pyarrow as pa
-
-            from tidemark.spark.keyed import decode_row
-
-            encoder = BatchEncoder(table, url)
-            for batch in batches:
-                keys = encoder.encode_keys([decode_row(r) for r in batch.column("row").to_pylist()], topic)
-                yield batch.append_column("key", pa.array(keys, pa.binary()))
+        def split(batches: Iterator[Any]) -> Iterator[Any]:
+            rows = blob_rows(changes_of_blobs([b for _, b in arrow_pairs(batches)]), schema, target, buckets)
+            if rows:
+                yield blob_batch(rows)
 
         def produce(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa
@@ -146,14 +150,13 @@ class UpsertSink:
             encoder = BatchEncoder(table, url)
             producer = _shared_producer(conf)
             errors: list[str] = []
-            finals: list[tuple[bytes, Change]] = []  # each key's net change, encoded a batch at a time
             n = 0
 
             def on_delivery(err, msg) -> None:
                 if err is not None:
                     errors.append(err.str())
 
-            def emit() -> int:
+            def emit(finals: list[tuple[bytes, Change]]) -> int:
                 encoded = encoder.encode([c for _, c in finals], topic)
                 for (key, _), record in zip(finals, encoded):
                     while True:
@@ -162,30 +165,22 @@ class UpsertSink:
                             break
                         except BufferError:
                             producer.poll(0.1)
-                written = len(finals)
-                finals.clear()
-                return written
+                return len(finals)
 
-            def close_run(key: bytes, changes: list[Change]) -> None:
-                final = net_upsert(changes)
-                if final is not None:
-                    finals.append((key, final))
-
-            current: bytes | None = None
-            run: list[Change] = []
             try:
-                for batch in batches:
-                    for r, change in zip(batch.column("key").to_pylist(), _changes_of(batch.to_pylist())):
-                        if r != current and run:
-                            close_run(current, run)
-                            run = []
-                        current = r
-                        run.append(change)
+                changes = changes_of_blobs([b for _, b in arrow_pairs(batches)])
+                runs: dict[bytes, list[Change]] = {}  # each key's changes, in arrival order
+                for key, change in zip(encoder.encode_keys([c.row for c in changes], topic), changes):
+                    runs.setdefault(key, []).append(change)
+                finals: list[tuple[bytes, Change]] = []  # each key's net change, encoded a batch at a time
+                for key, run in runs.items():
+                    final = net_upsert(run)
+                    if final is not None:
+                        finals.append((key, final))
                     if len(finals) >= ENCODE_BATCH:
-                        n += emit()
-                if run:
-                    close_run(current, run)
-                n += emit()
+                        n += emit(finals)
+                        finals = []
+                n += emit(finals)
                 if producer.flush(timeout) or errors:
                     raise SinkWriteError(f"upsert sink '{topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
             except BaseException:
@@ -193,12 +188,8 @@ class UpsertSink:
                 raise
             yield pa.RecordBatch.from_pydict({"n": pa.array([n], pa.int64())})
 
-        keyed = df.select("kind", "row", "pos").mapInArrow(
-            add_key, "kind string, row binary, pos array<bigint>, key binary"
-        )
-        written = sum(
-            r["n"] for r in keyed.repartition("key").sortWithinPartitions("key").mapInArrow(produce, "n bigint").collect()
-        )
+        split_df = df.select("bucket", "input", "batch").mapInArrow(split, BLOB_SCHEMA)
+        written = sum(r["n"] for r in split_df.repartition("bucket").mapInArrow(produce, "n bigint").collect())
         self.metrics["records_written"] += written
         self.metrics["batches"] += 1
         return written
@@ -223,7 +214,9 @@ class ChangelogSink:
         table, url, topic = self.table, self.registry_url, self.topic
 
         def encode(rows: Iterator[Any]) -> Iterator[tuple[tuple, bytes | None, bytes | None]]:
-            changes = list(_changes_of(rows))
+            from tidemark.spark.keyed import changes_of_blobs
+
+            changes = changes_of_blobs([bytes(r["batch"]) for r in rows])
             for c, (key, value) in zip(changes, BatchEncoder(table, url).encode(changes, topic)):
                 yield canonical_key(c), key, value
 
@@ -231,7 +224,7 @@ class ChangelogSink:
         if batch_id <= self.writer.last_committed:  # replay of a committed batch: no Spark job
             self.metrics["batches_skipped"] += 1
             return WriteResult(batch_id, 0, True)
-        encoded = df.select("kind", "row", "pos").rdd.mapPartitions(encode).collect()
+        encoded = df.select("batch").rdd.mapPartitions(encode).collect()
         # the canonical order: source position, retractions before adds at one position
         # (-U before +U), then the row's repr, as the replay host applies them
         encoded.sort(key=lambda e: e[0])

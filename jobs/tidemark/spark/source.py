@@ -28,6 +28,7 @@ later step so that an undecodable record can be routed to the dead-letter topic.
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -393,9 +394,11 @@ def read_stream(spark, topics: list[str] | str, bootstrap: str, max_records_per_
 
 # ---------------------------------------------------------------------------- decoding
 
-#: ``decode_stream`` output. A decoded change has ``kind``/``row``/``pos`` (``CHANGE_SCHEMA``
-#: of ``tidemark.spark.keyed``) and a null ``error_kind``; a bad record has ``error_kind`` and
-#: ``reason`` set and keeps its original coordinates and bytes for the dead-letter topic.
+#: ``decode_stream`` output, a frame to inspect decoding with (tests, benchmarks), never part
+#: of a job's query: a decoded change has ``kind``/``row``/``pos`` (``row`` pickled: the
+#: frame holds several tables' rows; ``decode_row`` reads it) and a null ``error_kind``; a
+#: bad record has ``error_kind`` and ``reason`` set and keeps its original coordinates and
+#: bytes for the dead-letter topic.
 DECODED_SCHEMA = (
     "table string, kind string, row binary, pos array<bigint>, format string, topic string, "
     "partition int, offset bigint, timestamp timestamp, key binary, value binary, "
@@ -424,8 +427,8 @@ def _batch_id() -> int:
 def decode_records(
     records: dict[str, list[Any]], by_topic: dict[str, SourceTable], batch_id: int, decoders: dict[str, Any]
 ) -> dict[str, list[Any]]:
-    """Decode raw records (the source's columns, as lists) into ``DECODED_SCHEMA`` columns,
-    each record's outputs in record order. A JSON table's records are decoded a batch per
+    """Decode raw records (the source's columns, as lists) into ``DECODED_SCHEMA`` columns
+    (``row`` as tuples), each record's outputs in record order. A JSON table's records are decoded a batch per
     topic (``tidemark.formats.batch_decode``), others record by record. Spark-free, so the
     DLQ routing is testable without a session."""
     from tidemark.formats import decoder_for
@@ -450,13 +453,13 @@ def decode_records(
         order = sorted(range(len(source)), key=source.__getitem__)
         source = [source[j] for j in order]
         out = {name: [col[j] for j in order] for name, col in out.items()}
-    for name in _RAW_NAMES:
+    for name in RAW_COLUMNS:
         column = records[name]
         out[name] = [column[i] for i in source]
     return out
 
 
-_RAW_NAMES = ("topic", "partition", "offset", "timestamp", "key", "value")
+RAW_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value")
 _OUTPUT_NAMES = ("table", "format", "kind", "row", "pos", "error_kind", "reason")
 
 
@@ -476,7 +479,6 @@ def _decode_topic(
     """Append the outputs of one topic's records (``idx``) to ``out``."""
     from tidemark.formats import DecodeError
     from tidemark.formats.batch_decode import BatchDecoder
-    from tidemark.spark.keyed import encode_row
 
     name = src.table.name
     meta = {"table": name, "format": decoder.spec.name}
@@ -506,7 +508,7 @@ def _decode_topic(
         _extend(out, source, bad, **meta, error_kind=[err.kind for _, err in dead],
                 reason=[f"{name} @ {topic}/{partitions[i]}/{offsets[i]}: {err.reason}" for i, err in dead])
     pos = [[batch_id, src.source_index, partitions[i], offsets[i]] for i in changed]
-    _extend(out, source, changed, **meta, kind=kinds, row=[encode_row(r) for r in rows], pos=pos)
+    _extend(out, source, changed, **meta, kind=kinds, row=rows, pos=pos)
 
 
 def decode_stream(raw, tables: list[SourceTable]):
@@ -528,13 +530,19 @@ def decode_stream(raw, tables: list[SourceTable]):
         batch_id = _batch_id()
         for batch in batches:
             out = decode_records(batch.to_pydict(), by_topic, batch_id, decoders)
+            out["row"] = [None if r is None else pickle.dumps(r, pickle.HIGHEST_PROTOCOL) for r in out["row"]]
             yield pa.RecordBatch.from_arrays([pa.array(out[n], type=schema.field(n).type) for n in schema.names], schema=schema)
 
     return raw.mapInArrow(run, struct)
 
 
+def decode_row(data: bytes) -> tuple:
+    """The row of a ``DECODED_SCHEMA`` row's ``row`` cell."""
+    return pickle.loads(data)
+
+
 def good_changes(decoded, table_name: str):
-    """One table's decoded changes as ``CHANGE_SCHEMA`` (kind, row, pos)."""
+    """One table's decoded changes: ``kind``, ``row`` (``decode_row`` reads it), ``pos``."""
     from pyspark.sql import functions as F
 
     return decoded.where((F.col("table") == table_name) & F.col("error_kind").isNull()).select("kind", "row", "pos")

@@ -1,0 +1,119 @@
+"""A ``ChangeBatch`` as Arrow IPC bytes: the form changes take between two processes.
+
+The Spark host moves changes between its passes and stages as binary cells, one Arrow IPC
+stream per task and destination bucket (``tidemark.spark.keyed``), not one pickled row per
+change: a cell holds thousands of changes, so Spark's per-row and per-group costs are paid
+per bucket, and the receiver gets typed columns it can hand to a batch kernel as they are.
+Nothing here knows Spark: encoding, decoding and splitting by bucket are plain functions,
+so they are tested without a session.
+
+Columns are typed by the planner's column types (``tidemark.engine.arrow_types``). Where a
+node has a column of unknown type, or its values do not fit the declared types (a stage
+computing a wider value than planned), the batch's types are inferred from the values
+instead: a batch must always travel, and the values it carries are what it must keep.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from tidemark.engine.arrow_types import arrow_type
+from tidemark.engine.batch import ChangeBatch
+from tidemark.engine.changelog import Change
+from tidemark.engine.types import SqlType
+
+#: schema metadata naming the layout, so a blob from elsewhere is refused, not misread
+_FORMAT_KEY = b"tidemark.batch"
+_FORMAT = b"change-batch/1"
+
+
+class BatchFormatError(ValueError):
+    """Bytes that are not a change batch this version writes."""
+
+
+def schema_of(columns: Sequence[str], types: Sequence[SqlType | None]) -> pa.Schema | None:
+    """The Arrow schema of a node's row columns; None when a type is unknown or has no
+    Arrow type (the values' own types are used then)."""
+    fields = []
+    for name, t in zip(columns, types):
+        if t is None:
+            return None
+        try:
+            fields.append(pa.field(name, arrow_type(t)))
+        except ValueError:
+            return None
+    return pa.schema(fields)
+
+
+def table_of(changes: Sequence[Change], schema: pa.Schema | None) -> pa.Table:
+    """The batch table of ``changes`` (``ChangeBatch``'s layout), typed by ``schema`` when
+    the values fit it, else by the values (module docstring)."""
+    if schema is not None:
+        try:
+            return ChangeBatch.from_changes(changes, schema).table()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+            pass
+    table = ChangeBatch.from_changes(changes).table()
+    if schema is not None and len(schema) == table.num_columns - len(_own_columns(table)):
+        table = table.rename_columns([*schema.names, *_own_columns(table)])
+    return table
+
+
+def _own_columns(table: pa.Table) -> list[str]:
+    return [c for c in table.column_names if c.startswith("$")]
+
+
+def encode(table: pa.Table) -> bytes:
+    """One Arrow IPC stream holding ``table``."""
+    meta = dict(table.schema.metadata or {})
+    meta[_FORMAT_KEY] = _FORMAT
+    table = table.replace_schema_metadata(meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode(data: bytes) -> pa.Table:
+    """The table ``encode`` wrote; anything else raises ``BatchFormatError``."""
+    try:
+        reader = pa.ipc.open_stream(data)
+    except pa.ArrowInvalid as err:
+        raise BatchFormatError(f"not an Arrow IPC stream ({len(data)} bytes): {err}") from None
+    found = (reader.schema.metadata or {}).get(_FORMAT_KEY)
+    if found != _FORMAT:
+        raise BatchFormatError(
+            f"an Arrow stream in format {found.decode() if found else 'none'}, expected {_FORMAT.decode()}"
+        )
+    return reader.read_all().replace_schema_metadata(None)
+
+
+def decode_batch(blobs: Sequence[bytes]) -> ChangeBatch:
+    """One ``ChangeBatch`` of several blobs of one node, in blob order. Blobs typed by
+    their values (module docstring) may differ in type, e.g. a column all null in one:
+    they are unified to the common type."""
+    tables = [decode(b) for b in blobs]
+    if len(tables) == 1:
+        return ChangeBatch.from_table(tables[0])
+    return ChangeBatch.from_table(pa.concat_tables(tables, promote_options="permissive"))
+
+
+def bucket_of(key: bytes, buckets: int) -> int:
+    """The state bucket of an encoded key: ``crc32(key) mod buckets``."""
+    return zlib.crc32(key) % buckets
+
+
+def split(table: pa.Table, buckets: Sequence[int]) -> dict[int, pa.Table]:
+    """``table``'s rows by bucket (``buckets[i]``: the bucket of row i), each bucket's rows
+    in table order."""
+    if table.num_rows != len(buckets):
+        raise ValueError(f"{len(buckets)} buckets for a table of {table.num_rows} rows")
+    rows: dict[int, list[int]] = {}
+    for i, b in enumerate(buckets):
+        rows.setdefault(b, []).append(i)
+    if len(rows) == 1:
+        return {next(iter(rows)): table}
+    return {b: table.take(pa.array(idx, pa.int64())) for b, idx in rows.items()}
