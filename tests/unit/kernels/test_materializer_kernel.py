@@ -53,7 +53,7 @@ class Host:
         out = {}
         for key, s in self.bucket.states.items():
             if isinstance(s, ActiveRows):
-                out[key] = [(ident, s.copies(ident), s.nodes[ident][0]) for ident in _idents(s)], s.touched_ms
+                out[key] = [(ident, s.copies(ident), s.nodes[ident].row) for ident in _idents(s)], s.touched_ms
             else:
                 out[key] = s
         return out
@@ -63,7 +63,7 @@ def _idents(rows: ActiveRows) -> list:
     out, cur = [], rows.head
     while cur is not None:
         out.append(cur)
-        cur = rows.nodes[cur][3]
+        cur = rows.nodes[cur].next
     return out
 
 

@@ -1,0 +1,80 @@
+"""Columns of a keyed stage's typed state table (``tidemark.engine.state_codec``): rows,
+source positions and counters as Arrow arrays, and back as the Python values stages hold.
+
+A row-valued field (a materializer's current row, a merge engine's tombstone...) is one
+struct column typed by the stage's row type, null where the field is absent, so a state
+record with optional rows needs no "which fields are there" convention. The row type comes
+from the planner (``RowType``: the node's column names and SQL types); a column whose type
+the planner does not know, or a stage built without one (tests, hand-built stages), gets
+the type Arrow infers from the values. A position is a ``list<int64>``: positions are
+tuples of integers of varying length (a joined row carries the later of its inputs').
+
+Kept apart from the stages so that a process that never stores state (the replay host)
+does not import pyarrow for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from tidemark.engine.arrow_types import arrow_type, python_values
+from tidemark.engine.types import SqlType
+
+#: a node's columns as the planner types them: (name, SQL type or None when unknown)
+RowType = tuple[tuple[str, SqlType | None], ...]
+
+POSITION = pa.list_(pa.int64())
+
+
+def rows_column(rows: Sequence[tuple | None], width: int, rtype: RowType | None) -> pa.StructArray:
+    """``rows`` (None: the field is absent) as one struct column, a field per row column."""
+    names = [n for n, _ in rtype] if rtype is not None else [f"f{i}" for i in range(width)]
+    types: list[pa.DataType | None] = [arrow_type(t) if t is not None else None for _, t in rtype] if rtype else [None] * width
+    children = [pa.array([r[i] if r is not None else None for r in rows], types[i]) for i in range(width)]
+    absent = [r is None for r in rows]
+    mask = pa.array(absent, pa.bool_()) if any(absent) else None
+    return pa.StructArray.from_arrays(children, names=names, mask=mask)
+
+
+def rows_of(column: pa.Array | pa.ChunkedArray) -> list[tuple | None]:
+    """The inverse of ``rows_column``."""
+    arr = _one_chunk(column)
+    fields = [python_values(arr.field(i)) for i in range(arr.type.num_fields)]
+    rows: list[tuple | None] = list(zip(*fields))
+    if arr.null_count:
+        for i, valid in enumerate(arr.is_valid().to_pylist()):
+            if not valid:
+                rows[i] = None
+    return rows
+
+
+def positions_column(positions: Sequence[tuple | None]) -> pa.ListArray:
+    return pa.array([list(p) if p is not None else None for p in positions], POSITION)
+
+
+def positions_of(column: pa.Array | pa.ChunkedArray) -> list[tuple | None]:
+    return [tuple(p) if p is not None else None for p in _one_chunk(column).to_pylist()]
+
+
+def position_lists_column(lists: Sequence[Sequence[tuple] | None]) -> pa.ListArray:
+    """Several positions per entry (None: none), e.g. the copies of an identical row."""
+    return pa.array([[list(p) for p in ps] if ps is not None else None for ps in lists], pa.list_(POSITION))
+
+
+def position_lists_of(column: pa.Array | pa.ChunkedArray) -> list[list[tuple] | None]:
+    return [[tuple(p) for p in ps] if ps is not None else None for ps in _one_chunk(column).to_pylist()]
+
+
+def ints_column(values: Sequence[int | None]) -> pa.Array:
+    return pa.array(values, pa.int64())
+
+
+def table(columns: dict[str, pa.Array]) -> pa.Table:
+    return pa.Table.from_arrays(list(columns.values()), names=list(columns))
+
+
+def _one_chunk(column: pa.Array | pa.ChunkedArray) -> Any:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
