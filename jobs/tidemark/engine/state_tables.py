@@ -4,9 +4,10 @@ source positions and counters as Arrow arrays, and back as the Python values sta
 A row-valued field (a materializer's current row, a merge engine's tombstone...) is one
 struct column typed by the stage's row type, null where the field is absent, so a state
 record with optional rows needs no "which fields are there" convention. The row type comes
-from the planner (``RowType``: the node's column names and SQL types); a column whose type
-the planner does not know, or a stage built without one (tests, hand-built stages), gets
-the type Arrow infers from the values. A position is a ``list<int64>``: positions are
+from the planner (``RowType``: the node's column names and SQL types). A column whose type
+the planner does not know, and every column of a stage built without a row type (tests,
+hand-built stages), is a ``large_binary`` column of each value pickled: Arrow's inferred types would
+not give back the values as they were (a list comes back a tuple, a dict loses its keys). A position is a ``list<int64>``: positions are
 tuples of integers of varying length (a joined row carries the later of its inputs').
 
 Kept apart from the stages so that a process that never stores state (the replay host)
@@ -15,6 +16,7 @@ does not import pyarrow for them.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,13 +29,15 @@ from tidemark.engine.types import SqlType
 RowType = tuple[tuple[str, SqlType | None], ...]
 
 POSITION = pa.list_(pa.int64())
+#: a column of pickled values (module docstring); no SQL type maps to it
+PICKLED = pa.large_binary()
 
 
 def rows_column(rows: Sequence[tuple | None], width: int, rtype: RowType | None) -> pa.StructArray:
     """``rows`` (None: the field is absent) as one struct column, a field per row column."""
     names = [n for n, _ in rtype] if rtype is not None else [f"f{i}" for i in range(width)]
-    types: list[pa.DataType | None] = [arrow_type(t) if t is not None else None for _, t in rtype] if rtype else [None] * width
-    children = [pa.array([r[i] if r is not None else None for r in rows], types[i]) for i in range(width)]
+    types = [t for _, t in rtype] if rtype is not None else [None] * width
+    children = [_values_column([r[i] if r is not None else None for r in rows], t) for i, t in enumerate(types)]
     absent = [r is None for r in rows]
     mask = pa.array(absent, pa.bool_()) if any(absent) else None
     return pa.StructArray.from_arrays(children, names=names, mask=mask)
@@ -42,7 +46,7 @@ def rows_column(rows: Sequence[tuple | None], width: int, rtype: RowType | None)
 def rows_of(column: pa.Array | pa.ChunkedArray) -> list[tuple | None]:
     """The inverse of ``rows_column``."""
     arr = _one_chunk(column)
-    fields = [python_values(arr.field(i)) for i in range(arr.type.num_fields)]
+    fields = [_values_of(arr.field(i)) for i in range(arr.type.num_fields)]
     rows: list[tuple | None] = list(zip(*fields))
     if arr.null_count:
         for i, valid in enumerate(arr.is_valid().to_pylist()):
@@ -74,6 +78,28 @@ def ints_column(values: Sequence[int | None]) -> pa.Array:
 
 def table(columns: dict[str, pa.Array]) -> pa.Table:
     return pa.Table.from_arrays(list(columns.values()), names=list(columns))
+
+
+def _values_column(values: list[Any], t: SqlType | None) -> pa.Array:
+    target = _arrow_type_or_none(t)
+    if target is not None:
+        return pa.array(values, target)
+    return pa.array([pickle.dumps(v, pickle.HIGHEST_PROTOCOL) for v in values], PICKLED)
+
+
+def _arrow_type_or_none(t: SqlType | None) -> pa.DataType | None:
+    if t is None:
+        return None
+    try:
+        return arrow_type(t)
+    except ValueError:  # a type with no Arrow form (the type of NULL): pickled
+        return None
+
+
+def _values_of(column: pa.Array) -> list[Any]:
+    if column.type == PICKLED:
+        return [pickle.loads(v) for v in column.to_pylist()]
+    return python_values(column)
 
 
 def _one_chunk(column: pa.Array | pa.ChunkedArray) -> Any:
