@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine import state_codec
-from tidemark.engine.driver import PerKeyAdapter
+from tidemark.engine.driver import PerKeyAdapter, batch_stage
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
 
@@ -292,6 +292,9 @@ class _BucketRunner:
     ):
         self.stage = stage
         self.adapter = _SparkKeyAdapter(stage)
+        # typed state is keyed by the stage's key, not Spark's group bytes: its kernel runs here
+        kernel = batch_stage(stage) if state_codec.is_typed(stage) else self.adapter
+        self.process = (self.adapter if isinstance(kernel, PerKeyAdapter) else kernel).process_batch
         self.accumulator = accumulator
         self.downstream = downstream
         self.then = list(then)
@@ -309,11 +312,14 @@ class _BucketRunner:
         for key_bytes, inp, kind, row, pos in rows:
             changes[inp].append(Change(kind, pickle.loads(row), tuple(pos)))
             groups[inp].append(key_bytes)
-        bucket = state_codec.decode_state(self.stage, stored)
-        old_wakeup = bucket.next_wakeup()
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
         inputs = [ChangeBatch(changes=cs, groups=gs) for cs, gs in zip(changes, groups)]
-        bucket, out = self.adapter.process_batch(inputs, bucket, ctx)
+        try:  # a state in another format, a kernel's ConflictError: reported as themselves
+            bucket = state_codec.decode_state(self.stage, stored)
+            old_wakeup = bucket.next_wakeup()
+            bucket, out = self.process(inputs, bucket, ctx)
+        except TidemarkError as err:
+            raise StageFailure(err) from None
         emitted = out.changes()
         if ctx.metrics and self.accumulator is not None:
             self.accumulator.add(Counter({f"{self.stage.name}.{k}": v for k, v in ctx.metrics.items()}))

@@ -35,15 +35,19 @@ def c(kind: str, *row, pos: int) -> Change:
 class Host:
     """One stage under one ``process_batch`` implementation, batch after batch."""
 
-    def __init__(self, runner) -> None:
+    def __init__(self, runner, groups: bool = False) -> None:
+        """``groups``: batches carry host group ids, as the Spark host's do."""
         self.runner = runner
+        self.groups = groups
         self.bucket = Bucket()
         self.metrics: Counter = Counter()
 
     def run(self, changes: list[Change], now_ms: int = 0) -> list[tuple]:
         ctx = BatchContext(now_ms=now_ms, metrics=self.metrics)
         try:
-            self.bucket, out = self.runner.process_batch([ChangeBatch(changes=list(changes))], self.bucket, ctx)
+            ids = [repr(x.row[0]).encode() for x in changes] if self.groups else None
+            batch = ChangeBatch(changes=list(changes), groups=ids)
+            self.bucket, out = self.runner.process_batch([batch], self.bucket, ctx)
         except ConflictError as e:
             return [("error", str(e))]
         return [(x.kind, x.row, x.pos) for x in out.changes()]
@@ -89,6 +93,7 @@ batches = st.lists(st.tuples(st.lists(change, max_size=12), st.integers(0, 4)), 
 def test_kernel_equals_per_key_stage(strategy, upsert_key, ttl_ms, batches):
     stage = sink(strategy, upsert_key, ttl_ms)
     kernel, per_key = Host(MaterializerKernel(stage)), Host(PerKeyAdapter(stage))
+    spark = Host(MaterializerKernel(stage), groups=True)  # the Spark host's batches
     now = 0
     for i, (changes, advance) in enumerate(batches):
         now += advance
@@ -96,10 +101,11 @@ def test_kernel_equals_per_key_stage(strategy, upsert_key, ttl_ms, batches):
         changes = [Change(x.kind, x.row, (i, *x.pos)) for x in changes]
         got, want = kernel.run(changes, now), per_key.run(changes, now)
         assert got == want
+        assert spark.run(changes, now) == want
         if want and want[0][0] == "error":
             return
-        assert kernel.visible_state() == per_key.visible_state()
-        assert kernel.metrics == per_key.metrics
+        assert kernel.visible_state() == per_key.visible_state() == spark.visible_state()
+        assert kernel.metrics == per_key.metrics == spark.metrics
 
 
 def test_the_stage_chooses_the_kernel(monkeypatch):

@@ -9,18 +9,18 @@ retractions: window ranks over the sorted batch, no Python per record).
 
 What stays per PK, in Python: applying the surviving ops to that PK's state
 (``SinkMaterializer.apply``), which is the stage's own code, so the semantics are the
-per-key path's by construction. The state stays today's Python structure per PK (``ActiveRows``
-for DEDUPLICATE, the ``(row, pos, touched_ms, dropped)`` tuple otherwise): it is what the
-Spark host pickles and what tests inspect. DEDUPLICATE needs record order per PK (each
+per-key path's by construction. The state is the stage's own per PK (``ActiveRows`` for
+DEDUPLICATE, ``CurrentRow`` otherwise) in a ``Bucket`` keyed by the PK tuple, the layout the
+stage's typed state protocol stores (``tidemark.engine.state_codec``), so the replay host,
+the Spark host and the per-key adapter share one state. DEDUPLICATE needs record order per PK (each
 add and retraction is applied against the active rows one by one, and which identical copy a
 retraction removes depends on what came before), so its ops are walked per PK; NOTHING and
 ERROR walk only what survives the pair cancelling.
 
-Two kinds of batch run through ``PerKeyAdapter`` instead: batches carrying host group ids
-(``ChangeBatch.groups``, the Spark host), whose state is keyed by those ids, not by the PK;
-and batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
+Host group ids (``ChangeBatch.groups``, the Spark host) are not used: the PK is the group.
+Batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
 column mixing types, an integer beyond 64 bits, a tuple mixing types), which the planner's
-typed batches never hold but hand-built changes may.
+typed batches never hold but hand-built changes may, run through ``PerKeyAdapter``.
 
 Values compare as Arrow compares them, which matches Python's ``==`` on the planner's types
 (``0.0`` and ``-0.0`` are one PK, ``Decimal("1.10")`` and ``Decimal("1.1")`` one row) except
@@ -71,8 +71,6 @@ class MaterializerKernel:
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch]:
         batch = inputs[0]
-        if batch.groups is not None:
-            return self._per_key.process_batch(inputs, state, ctx)
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
