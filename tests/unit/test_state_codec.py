@@ -52,13 +52,23 @@ def test_the_planner_types_the_materializer_and_normalize_state():
     assert table.schema.field("row").type == pa.struct(
         [("id", pa.int64()), ("level", pa.int64()), ("attr", pa.string()), ("price", pa.decimal128(10, 2))]
     )
-    assert table.column_names == ["row", "pos", "dropped"]  # no touched_ms without a TTL
+    assert table.column_names == ["row"]  # no touched_ms without a TTL, no dropped copies
     assert state_codec.decode_state(mat, state_codec.encode_state(mat, bucket)).states == {
-        (1,): CurrentRow((1, 10, "a", Decimal("1.50")), (0, 7), 0, 0)
+        (1,): CurrentRow((1, 10, "a", Decimal("1.50")), 0, 0)
     }
     nb = run(norm, Bucket(), [Change("+I", (1, 10), (3,))])
     assert stored_table(norm, nb).schema.field("row").type == pa.struct([("id", pa.int64()), ("level", pa.int64())])
     assert state_codec.decode_state(norm, state_codec.encode_state(norm, nb)).states == {(1,): (1, 10)}
+
+
+def test_rows_are_stored_by_key_and_dropped_copies_only_where_there_are_some():
+    cols = (("id", parse_type("INT")), ("v", parse_type("STRING")))
+    mat = SinkMaterializer("t", (0,), ("id",), None, "NOTHING", columns=cols)
+    bucket = run(mat, Bucket(), [Change("+I", (k, "x"), (k,)) for k in (3, 1, 2)] + [Change("+I", (2, "x"), (9,))])
+    table = stored_table(mat, bucket)
+    assert table.column("row").combine_chunks().field(0).to_pylist() == [1, 2, 3]
+    assert table.column("dropped").to_pylist() == [0, 1, 0]
+    assert state_codec.decode_state(mat, state_codec.encode_state(mat, bucket)).states == bucket.states
 
 
 def test_ttl_stores_the_touch_time():

@@ -20,7 +20,7 @@ from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
 from tidemark.engine.errors import ConflictError
 from tidemark.engine.kernels.materializer import MaterializerKernel
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.materializer import ActiveRows, SinkMaterializer
+from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer
 
 
 def sink(strategy: str, upsert_key=(1,), ttl_ms=None) -> SinkMaterializer:
@@ -148,7 +148,7 @@ def test_nothing_cancels_exact_pairs_before_the_current_row_is_consulted():
     h.run([c("+I", 1, 10, "a", pos=1)])
     # the in-batch +X/-X pair cancels: the current row stays, nothing is emitted
     assert h.run([c("-D", 1, 10, "a", pos=3), c("+I", 1, 10, "a", pos=2)]) == []
-    assert h.bucket.states[(1,)][:2] == ((1, 10, "a"), (1,))
+    assert h.bucket.states[(1,)] == CurrentRow((1, 10, "a"), 0, 0)  # the current row, as it was
 
 
 def test_error_names_the_table_and_the_pk_value():
@@ -176,7 +176,7 @@ def test_a_batch_built_from_arrow_columns_with_net_weights():
     kernel = MaterializerKernel(sink("NOTHING", upsert_key=None))
     state, out = kernel.process_batch([batch], Bucket(), BatchContext())
     assert [(x.kind, x.row) for x in out.changes()] == [("+I", (1, 10, "a"))]
-    assert state.states[(1,)][3] == 1  # one identical copy dropped, remembered
+    assert state.states[(1,)].dropped == 1  # one identical copy dropped, remembered
 
 
 @pytest.mark.parametrize(

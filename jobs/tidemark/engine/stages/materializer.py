@@ -41,7 +41,7 @@ Strategies
   that row later can leave Flink's sink showing a retracted row.
 - NOTHING and ERROR follow Flink 2.3's ``WatermarkCompactingSinkMaterializer`` with one
   batch as one compaction step. State = the current sink row (its identity is derived
-  from it) and a count, not a history: ``CurrentRow(row, pos, touched_ms, dropped)``. Per batch: first cancel exact ``+X``/``-X`` pairs wherever they
+  from it) and a count, not a history: ``CurrentRow(row, touched_ms, dropped)``. Per batch: first cancel exact ``+X``/``-X`` pairs wherever they
   sit in the batch (Flink cancels them in its step buffer whichever came first; with several
   adds of one row the earliest cancel), then start from ``[current]`` and apply the rest in
   position order (an add for an identity already listed replaces it in place,
@@ -84,8 +84,11 @@ not stored twice:
 - DEDUPLICATE, ``materializer-active-rows/1``: ``row`` (struct), ``pos`` (``list<int64>``),
   ``copies`` (the positions of identical active copies, oldest first; null for one copy),
   the PK's rows in their list order, oldest first;
-- NOTHING and ERROR, ``materializer-current-row/1``: ``row``, ``pos``, ``dropped``.
-Both add ``touched_ms`` (int64) only when a TTL is set: nothing else reads it.
+- NOTHING and ERROR, ``materializer-current-row/1``: ``row``, and ``dropped`` (int64) only
+  in a bucket where a PK has dropped copies.
+Both add ``touched_ms`` (int64) only when a TTL is set: nothing else reads it. Rows are
+stored sorted by PK (stable: a DEDUPLICATE PK's rows keep their order), which is what
+makes the compressed columns small: neighbouring keys share their leading bytes.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ if TYPE_CHECKING:
     from tidemark.engine.state_tables import RowType
 
 STRATEGIES = ("DEDUPLICATE", "NOTHING", "ERROR")
+#: NOTHING / ERROR: the current row's list entry while no add has replaced it
+_CURRENT = object()
 
 @dataclass(slots=True)
 class _Node:
@@ -126,12 +131,12 @@ class _Node:
 
 
 class CurrentRow(NamedTuple):
-    """NOTHING / ERROR state of one PK: the row the sink shows, the position it took, when
-    the state was last written (for TTL) and how many identical copies of it were dropped
-    (no upsert key only; see the module docstring)."""
+    """NOTHING / ERROR state of one PK: the row the sink shows, when the state was last
+    written (for TTL) and how many identical copies of it were dropped (no upsert key only;
+    see the module docstring). Like Flink's, it keeps no position: the next batch's changes
+    carry their own, and the output takes the batch's."""
 
     row: tuple
-    pos: tuple
     touched_ms: int
     dropped: int
 
@@ -364,22 +369,23 @@ class SinkMaterializer:
             touched = [st.touched_ms for st, _ in nodes]
         else:
             rows = [st.row for st in states]
-            cols["pos"] = T.positions_column([st.pos for st in states])
-            cols["dropped"] = T.ints_column([st.dropped for st in states])
+            dropped = [st.dropped for st in states]
+            if any(dropped):  # almost always 0: a bucket without any does not store them
+                cols["dropped"] = T.ints_column(dropped)
             touched = [st.touched_ms for st in states]
         if self.ttl_ms is not None:  # without a TTL nothing reads it: not stored
             cols["touched_ms"] = T.ints_column(touched)
         width = len(rows[0]) if rows else len(self.columns or ())
-        return T.table({"row": T.rows_column(rows, width, self.columns), **cols})
+        return T.sorted_by_key(T.table({"row": T.rows_column(rows, width, self.columns), **cols}), self.pk)
 
     def state_from_table(self, table: pa.Table) -> Bucket:
         from tidemark.engine import state_tables as T
 
         rows = T.rows_of(table.column("row"))
-        pos = T.positions_of(table.column("pos"))
         touched = table.column("touched_ms").to_pylist() if "touched_ms" in table.column_names else [0] * len(rows)
         states: dict[tuple, Any] = {}
         if self.strategy == "DEDUPLICATE":
+            pos = T.positions_of(table.column("pos"))
             copies = T.position_lists_of(table.column("copies"))
             for row, p, cp, t in zip(rows, pos, copies, touched):
                 key = self.key_of_row(row)
@@ -389,9 +395,9 @@ class SinkMaterializer:
                     st.touched_ms = t
                 st.append(self.identity(row), row, p, cp)
         else:
-            dropped = table.column("dropped").to_pylist()
-            for row, p, t, d in zip(rows, pos, touched, dropped):
-                states[self.key_of_row(row)] = CurrentRow(row, p, t, d)
+            dropped = table.column("dropped").to_pylist() if "dropped" in table.column_names else [0] * len(rows)
+            for row, t, d in zip(rows, touched, dropped):
+                states[self.key_of_row(row)] = CurrentRow(row, t, d)
         return Bucket(states)
 
     def _deduplicate(self, ops, st: ActiveRows | None, pos: tuple, ctx: BatchContext):
@@ -418,10 +424,11 @@ class SinkMaterializer:
         dropped = state.dropped if state is not None else 0
         old_ident = self.identity(old) if old is not None else None
         old_retracted = 0  # retractions of the current row's identity left after cancelling
-        # identity -> [row, count, pos]; dicts keep insertion order = Flink's list order
+        # identity -> [row, count, add position or _CURRENT]; dicts keep insertion order =
+        # Flink's list order
         rows: dict[tuple, list] = {}
         if old is not None:
-            rows[old_ident] = [old, 1, state.pos]
+            rows[old_ident] = [old, 1, _CURRENT]
         for op_pos, is_add, row in ops:
             ident = self.identity(row)
             entry = rows.get(ident)
@@ -458,12 +465,12 @@ class SinkMaterializer:
                 # every retraction of the shown row may have meant a dropped copy: it is
                 # still active as far as the sink can know, and Flink keeps it
                 ctx.metrics["conflicts_dropped"] += 1
-                return CurrentRow(old, state.pos, ctx.now_ms, dropped - old_retracted), []
-        if first[0] == old and first[2] == state.pos:
+                return CurrentRow(old, ctx.now_ms, dropped - old_retracted), []
+        if first[2] is _CURRENT:
             keep = dropped  # the current row stays: its dropped copies still count
         else:
             keep = 0
-        new_state = CurrentRow(first[0], first[2], ctx.now_ms, keep + (first[1] - 1 if not replace else 0))
+        new_state = CurrentRow(first[0], ctx.now_ms, keep + (first[1] - 1 if not replace else 0))
         return new_state, diff_to_changes(old, first[0], pos)
 
 
