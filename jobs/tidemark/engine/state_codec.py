@@ -9,7 +9,7 @@ format is refused with both named instead of being misread.
 Formats, by stage:
 
 - a stage that implements the typed state protocol below stores one Arrow IPC stream per
-  bucket (zstd-compressed buffers) whose schema metadata names the stage's state kind and
+  bucket (zstd-compressed buffers, ``_ZSTD_LEVEL``) whose schema metadata names the stage's state kind and
   its version, ``<kind>/<version>``: the materializer, normalize and the merge engine, whose
   state tables are described in their modules and in docs/running.md;
 - any other stage stores its ``Bucket`` pickled (``FORMAT_PICKLED``): the format the typed
@@ -46,6 +46,18 @@ FORMAT_PICKLED = "pickled-bucket/1"
 _PICKLED_MAGIC = b"TMPB1\n"
 _KIND = b"tidemark.state.kind"
 _VERSION = b"tidemark.state.version"
+
+
+#: above zstd's default level: a bucket is written once per batch that touches it and then
+#: kept (and copied by every checkpoint), so bytes stored matter more than encode time
+#: (docs/running.md, "State formats", has the measurement)
+_ZSTD_LEVEL = 15
+
+
+def _write_options() -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=_ZSTD_LEVEL))
 
 
 class StateFormatError(TidemarkError):
@@ -94,7 +106,7 @@ def encode_state(stage: Any, state: Any) -> bytes | None:
         meta[_VERSION] = str(target.state_version).encode()
         table = table.replace_schema_metadata(meta)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        with pa.ipc.new_stream(sink, table.schema, options=_write_options()) as writer:
             writer.write_table(table)
         return sink.getvalue().to_pybytes()
     if not state.states:
