@@ -15,16 +15,16 @@ from collections.abc import Sequence
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change, zset
-from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.driver import Bucket, PerKeyAdapter, has_typed_state
 from tidemark.engine.stage import BatchContext
 
 
 class Harness:
     def __init__(self, stage, now_ms: int = 0, stored: bool = True):
-        """``stored``: before each batch, the state goes through the stored format
-        (``tidemark.engine.state_codec``) and back, as on Spark."""
+        """``stored``: before each batch, the state of a stage with typed state goes through
+        its stored format (``tidemark.engine.state_codec``) and back, as on Spark."""
         self.stage = stage
-        self.stored = stored
+        self.stored = stored and has_typed_state(stage)
         self.adapter = PerKeyAdapter(stage)
         self.bucket = Bucket()
         self.metrics: Counter = Counter()
