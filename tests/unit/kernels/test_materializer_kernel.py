@@ -18,7 +18,7 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
 from tidemark.engine.errors import ConflictError
-from tidemark.engine.kernels.materializer import MaterializerKernel
+from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer
 
@@ -110,6 +110,7 @@ def test_kernel_equals_per_key_stage(strategy, upsert_key, ttl_ms, batches):
 
 def test_the_stage_chooses_the_kernel(monkeypatch):
     assert isinstance(batch_stage(sink("NOTHING")), MaterializerKernel)
+    assert batch_stage(sink("NOTHING")).min_changes == KERNEL_MIN_CHANGES
     monkeypatch.setenv("TIDEMARK_MATERIALIZER_KERNEL", "0")
     assert type(batch_stage(sink("NOTHING"))) is PerKeyAdapter
 

@@ -18,6 +18,9 @@ retraction removes depends on what came before), so its ops are walked per PK; N
 ERROR walk only what survives the pair cancelling.
 
 Host group ids (``ChangeBatch.groups``, the Spark host) are not used: the PK is the group.
+A batch of fewer than ``min_changes`` changes (the stage asks for ``KERNEL_MIN_CHANGES``)
+runs through ``PerKeyAdapter``: both paths keep one state layout and give one result, and
+for a small batch the polars pass costs more than it saves.
 Batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
 column mixing types, an integer beyond 64 bits, a tuple mixing types), which the planner's
 typed batches never hold but hand-built changes may, run through ``PerKeyAdapter``.
@@ -42,6 +45,10 @@ from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.materializer import SinkMaterializer
 
+#: below this many changes a call costs less per key than the kernel's fixed polars cost
+#: (docs/running.md, "The sink materializer's batch kernel": the Spark host calls it once per
+#: state bucket, a few hundred changes at W2's batch size)
+KERNEL_MIN_CHANGES = 1500
 _I = "$i"  # a change's index in the batch's change list
 _ADD = "$add"
 _KEY = "$key"  # the PK's first arrival index: a PK id that also orders PKs as the adapter does
@@ -61,8 +68,10 @@ _NOT_TABULAR = (
 class MaterializerKernel:
     """``process_batch`` for a ``SinkMaterializer`` (module docstring)."""
 
-    def __init__(self, stage: SinkMaterializer) -> None:
+    def __init__(self, stage: SinkMaterializer, min_changes: int = 0) -> None:
+        """``min_changes``: a smaller batch takes the per-key path (``KERNEL_MIN_CHANGES``)."""
         self.stage = stage
+        self.min_changes = min_changes
         self.name = stage.name
         self.n_inputs = stage.n_inputs
         self._per_key = PerKeyAdapter(stage)
@@ -74,6 +83,8 @@ class MaterializerKernel:
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
+        if len(changes) < self.min_changes:
+            return self._per_key.process_batch(inputs, state, ctx)
         try:
             keys, ops = self._ops_per_key(_unit_table(batch, changes))
         except _NOT_TABULAR:

@@ -339,9 +339,9 @@ class SinkMaterializer:
         kernel, unless ``TIDEMARK_MATERIALIZER_KERNEL=0`` asks for the per-key path."""
         if os.environ.get("TIDEMARK_MATERIALIZER_KERNEL", "1") == "0":
             return PerKeyAdapter(self)
-        from tidemark.engine.kernels.materializer import MaterializerKernel
+        from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
 
-        return MaterializerKernel(self)
+        return MaterializerKernel(self, min_changes=KERNEL_MIN_CHANGES)
 
     # ------------------------------------------------------------------ typed state
 
