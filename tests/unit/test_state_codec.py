@@ -126,3 +126,10 @@ def test_values_of_a_column_without_an_arrow_type_come_back_as_they_were():
     row = (1, [{"a": 1}, {"a": 2}])
     bucket = run(norm, Bucket(), [Change("+I", row, (1,))])
     assert state_codec.decode_state(norm, state_codec.encode_state(norm, bucket)).states == {(1,): row}
+
+
+def test_a_key_of_a_nested_type_is_stored_unsorted_and_read_back():
+    cols = (("tags", parse_type("ARRAY<STRING>")), ("v", parse_type("INT")))
+    mat = SinkMaterializer("t", (0,), ("tags",), None, "NOTHING", columns=cols)
+    bucket = run(mat, Bucket(), [Change("+I", (("b",), 1), (1,)), Change("+I", (("a",), 2), (2,))])
+    assert state_codec.decode_state(mat, state_codec.encode_state(mat, bucket)).states == bucket.states
