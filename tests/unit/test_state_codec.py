@@ -133,3 +133,14 @@ def test_a_key_of_a_nested_type_is_stored_unsorted_and_read_back():
     mat = SinkMaterializer("t", (0,), ("tags",), None, "NOTHING", columns=cols)
     bucket = run(mat, Bucket(), [Change("+I", (("b",), 1), (1,)), Change("+I", (("a",), 2), (2,))])
     assert state_codec.decode_state(mat, state_codec.encode_state(mat, bucket)).states == bucket.states
+
+
+def test_a_value_arrow_would_not_give_back_as_it_was_is_stored_pickled():
+    """A DECIMAL of another scale than its column's would come back rescaled (a sink writes
+    ``1.50`` for ``1.5``); a value of another type would not convert at all."""
+    cols = (("id", parse_type("INT")), ("price", parse_type("DECIMAL(10, 2)")), ("n", parse_type("INT")))
+    norm = Normalize((0,), 3, columns=cols)
+    bucket = run(norm, Bucket(), [Change("+I", (1, Decimal("1.5"), "x"), (1,)), Change("+I", (2, Decimal("2.25"), 3), (1,))])
+    back = state_codec.decode_state(norm, state_codec.encode_state(norm, bucket)).states
+    assert back == bucket.states
+    assert str(back[(1,)][1]) == "1.5" and back[(1,)][2] == "x"

@@ -6,9 +6,11 @@ struct column typed by the stage's row type, null where the field is absent, so 
 record with optional rows needs no "which fields are there" convention. The row type comes
 from the planner (``RowType``: the node's column names and SQL types). A column whose type
 the planner does not know, and every column of a stage built without a row type (tests,
-hand-built stages), is a ``large_binary`` column of each value pickled: Arrow's inferred types would
-not give back the values as they were (a list comes back a tuple, a dict loses its keys). A position is a ``list<int64>``: positions are
-tuples of integers of varying length (a joined row carries the later of its inputs').
+hand-built stages), is a ``large_binary`` column of each value pickled: Arrow's inferred
+types would not give the values back as they were (a list comes back a tuple, a dict loses
+its keys). So is a typed column holding a value Arrow would change (``_values_column``).
+A position is a ``list<int64>``: positions are tuples of integers of varying length (a
+joined row carries the later of its inputs').
 
 Kept apart from the stages so that a process that never stores state (the replay host)
 does not import pyarrow for them.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -95,10 +98,20 @@ def sorted_by_key(table: pa.Table, key: Sequence[int]) -> pa.Table:
 
 
 def _values_column(values: list[Any], t: SqlType | None) -> pa.Array:
+    """The typed column, unless a value would not come back as it is (then pickled): a
+    value of another type than the planner's, or a DECIMAL of another scale, which Arrow
+    would rescale (``1.5`` back as ``1.50``, which a sink writes differently)."""
     target = _arrow_type_or_none(t)
-    if target is not None:
-        return pa.array(values, target)
+    if target is not None and (t.name != "DECIMAL" or _has_scale(values, t.params[1])):
+        try:
+            return pa.array(values, target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
     return pa.array([pickle.dumps(v, pickle.HIGHEST_PROTOCOL) for v in values], PICKLED)
+
+
+def _has_scale(values: list[Any], scale: int) -> bool:
+    return all(v is None or (isinstance(v, Decimal) and v.as_tuple().exponent == -scale) for v in values)
 
 
 def _arrow_type_or_none(t: SqlType | None) -> pa.DataType | None:
