@@ -90,7 +90,7 @@ def test_full_compaction_timers_are_rebuilt_from_the_stored_state():
     stored = state_codec.encode_state(stage, bucket)
     assert state_codec.format_of(stage) == "merge-engine/1"
     back = state_codec.decode_state(stage, stored)
-    assert back.states == bucket.states
+    assert back.states == bucket.states == {(1,): MergeState((1, datetime(2026, 1, 1, 12)), (1,), None, None, 12_000)}
     assert back.next_wakeup() == 20_000
 
 
