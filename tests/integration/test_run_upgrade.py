@@ -30,18 +30,23 @@ def clicks(keys: str) -> list[tuple[bytes | None, bytes]]:
     return [(None, json.dumps({"k": k}).encode()) for k in keys]
 
 
-def test_an_incompatible_change_is_refused_before_spark_naming_the_stage(tmp_path):
-    checkpoint = tmp_path / "cp"
-    take_over(str(checkpoint), compile_sql(COUNTS))  # what the first run recorded
-    (tmp_path / "counts.sql").write_text(MAX_LENGTH)
-
-    proc = tidemark_run(["counts.sql", "--checkpoint", str(checkpoint), "--bootstrap-servers", "127.0.0.1:1"],
+def refused(tmp_path, sql: str, checkpoint) -> str:
+    """``tidemark run`` of ``sql`` on ``checkpoint`` (no broker: it must stop before Spark)
+    refused with exit status 2 and one line; that line."""
+    (tmp_path / "pipeline.sql").write_text(sql)
+    proc = tidemark_run(["pipeline.sql", "--checkpoint", str(checkpoint), "--bootstrap-servers", "127.0.0.1:1"],
                         cwd=tmp_path, timeout=120)
-
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip()
     assert len(line.splitlines()) == 1
     assert line.startswith(f"error: checkpoint {checkpoint}: the new plan cannot read the state of the old one: ")
+    return line
+
+
+def test_an_incompatible_change_is_refused_before_spark_naming_the_stage(tmp_path):
+    checkpoint = tmp_path / "cp"
+    take_over(str(checkpoint), compile_sql(COUNTS))  # what the first run recorded
+    line = refused(tmp_path, MAX_LENGTH, checkpoint)
     assert "aggregate: config changed: aggregates: #0 \"COUNT_STAR(*)\" -> \"MAX(" in line
     assert json.loads((checkpoint / PLAN_FILE).read_text()) == fingerprint(compile_sql(COUNTS))  # untouched
 
@@ -70,3 +75,26 @@ def test_a_compatible_change_keeps_the_state_and_the_offsets(kafka_bootstrap, tm
     # counts over both runs (the aggregate's state was kept), filtered by the new version: c (1) is not there
     assert sink_table(kafka_bootstrap, compile_sql(v2)) == {("a",): ("a", 3), ("b",): ("b", 2)}
     assert json.loads((tmp_path / "cp" / PLAN_FILE).read_text())["sql"] == v2
+
+
+# a sink keyed by another column than the query's upsert key: the materializer keeps state
+LATEST_BY_LEVEL = """
+CREATE TABLE moves (id BIGINT, level BIGINT) WITH ('topic' = 'moves', 'format' = 'json');
+CREATE TABLE by_level (level BIGINT, id BIGINT, PRIMARY KEY (level) NOT ENFORCED)
+  WITH ('topic' = 'by_level', 'format' = 'upsert-json');
+INSERT INTO by_level SELECT level, id FROM moves ON CONFLICT DO NOTHING;
+"""
+
+
+def test_a_checkpoint_of_another_state_format_is_refused_before_spark_naming_both(tmp_path):
+    """A record written before state formats were recorded: its stages stored pickled state."""
+    checkpoint = tmp_path / "cp"
+    old = fingerprint(compile_sql(LATEST_BY_LEVEL))
+    for stage in old["stateful"]:
+        del stage["state_format"]
+    checkpoint.mkdir()
+    (checkpoint / PLAN_FILE).write_text(json.dumps(old))
+    line = refused(tmp_path, LATEST_BY_LEVEL, checkpoint)
+    assert ("materializer: the checkpoint holds state in format pickled-bucket/1, "
+            "this version stores materializer-current-row/1") in line
+    assert json.loads((checkpoint / PLAN_FILE).read_text()) == old  # untouched

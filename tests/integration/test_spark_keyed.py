@@ -15,6 +15,7 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.errors import ConflictError
+from tidemark.engine.state_codec import StateFormatError
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import AggCall, GroupAggregate
 from tidemark.engine.stages.join import Join
@@ -238,6 +239,40 @@ def test_conflict_error_reaches_the_driver_as_itself(spark, spark_stream):
     assert str(got.value) == str(expected.value)
     assert got.value.table == "t1" and got.value.pk == {"id": 1}
     assert got.value.exit_status == 3
+
+
+class PickledStage:
+    """A stage as hosted before it had typed state: the same keyed logic, state pickled."""
+
+    def __init__(self, stage):
+        self.stage, self.name, self.n_inputs = stage, stage.name, stage.n_inputs
+
+    def key_of(self, change, input_index):
+        return self.stage.key_of(change, input_index)
+
+    def process_key(self, key, inputs, state, ctx):
+        return self.stage.process_key(key, inputs, state, ctx)
+
+
+def test_a_checkpoint_in_another_state_format_is_refused_at_the_first_read(spark, spark_stream):
+    """A checkpoint whose buckets were stored pickled, restarted by a version that stores the
+    stage typed: the first read fails the query with both formats named, nothing misread."""
+    mat = SinkMaterializer("t1", pk=(0,), pk_names=("id",), upsert_key=(1,), strategy="NOTHING", name="materializer:t1")
+    hosted = [PickledStage(mat)]
+
+    def build(source):
+        return K.run_keyed_stage([K.keyed_input(source, hosted[0])], hosted[0])
+
+    stream = spark_stream(build)
+    assert bag(stream.run_batch([[_ins((1, "x"), 1)]])) == bag([_ins((1, "x"), 1)])
+    hosted[0] = mat
+    stream.restart()
+    with pytest.raises(StateFormatError) as err:
+        stream.run_batch([[_ins((1, "y"), 2)]])
+    assert str(err.value) == (
+        "stage 'materializer:t1': the checkpoint holds state in format pickled-bucket/1, this version reads "
+        "materializer-current-row/1; start a new checkpoint (or run the version that wrote it)"
+    )
 
 
 def test_batch_id_and_processing_time_reach_the_stage(spark, spark_stream):

@@ -1,11 +1,14 @@
 """Which changes of a pipeline keep its checkpoint's state readable.
 
 A checkpoint holds the source offsets (one entry per source table, in plan order) and one
-state store per keyed stage (in plan order) whose values are that stage's pickled state.
-A new plan can take the checkpoint over when it reads the same topics in the same order
-and every keyed stage is the same stage: same kind, same inputs (columns, types,
-changelog modes), same output columns and types, same configuration (keys, aggregates,
-join condition, conflict strategy, merge engine options). Everything else is stateless
+state store per keyed stage (in plan order) whose values are that stage's stored state
+(``tidemark.engine.state_codec``). A new plan can take the checkpoint over when it reads
+the same topics in the same order and every keyed stage is the same stage: same kind,
+same inputs (columns, types, changelog modes), same output columns and types, same
+configuration (keys, aggregates, join condition, conflict strategy, merge engine options)
+and same state format (``state_format``: a stage's state kind and version, so a checkpoint
+written by a version that stored the stage differently is refused before the query starts,
+naming both formats; a record from before formats were recorded held pickled state). Everything else is stateless
 and may change: filters and projections that leave a keyed stage's inputs as they were,
 anything after the last keyed stage, the sink's topic and format, job options.
 
@@ -21,12 +24,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tidemark.engine import state_codec
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.planner import Node
 
 PLAN_FILE = "tidemark-plan.json"
 FINGERPRINT_VERSION = 1
+#: the state format of a stage recorded before formats were recorded: its state was pickled
+_UNRECORDED_FORMAT = state_codec.FORMAT_PICKLED
 #: explanations for humans; they do not decide what the state holds
 _PROSE_DETAIL = frozenset({"reason", "strategy_reason", "purpose"})
 
@@ -50,6 +56,7 @@ def _stateful_stage(pipeline: Pipeline, node: Node) -> dict[str, Any]:
         "inputs": [_schema(pipeline.node(i)) for i in node.inputs],
         "output": _schema(node),
         "config": json.loads(json.dumps(detail, sort_keys=True, default=str)),
+        "state_format": state_codec.format_of(node.stage),
     }
 
 
@@ -78,6 +85,12 @@ def incompatibilities(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         for part in ("inputs", "output", "config"):
             if before[part] != after[part]:
                 reasons.append(f"stage {after['stage']}: {part} changed: {_diff(before[part], after[part])}")
+        old_format = before.get("state_format", _UNRECORDED_FORMAT)
+        if old_format != after["state_format"]:
+            reasons.append(
+                f"stage {after['stage']}: the checkpoint holds state in format {old_format}, "
+                f"this version stores {after['state_format']}"
+            )
     return reasons
 
 

@@ -9,17 +9,29 @@ format is refused with both named instead of being misread.
 Formats, by stage:
 
 - a stage that implements the typed state protocol below stores one Arrow IPC stream per
-  bucket whose schema metadata names the stage kind and its state version;
+  bucket (zstd-compressed buffers, ``_ZSTD_LEVEL``) whose schema metadata names the stage's state kind and
+  its version, ``<kind>/<version>``: the materializer, normalize and the merge engine, whose
+  state tables are described in their modules and in docs/running.md;
 - any other stage stores its ``Bucket`` pickled (``FORMAT_PICKLED``): the format the typed
   one replaces, stage by stage. docs/running.md lists which stages still use it.
 
-The typed state protocol (a stage, or the batch kernel ``batch_stage`` returns for it):
+A checkpoint records each stage's format in its plan fingerprint
+(``tidemark.engine.fingerprint``), so a run on a checkpoint of another format is refused
+before the query starts; ``decode_state`` refuses it again at the first read, for a
+checkpoint written before formats were recorded.
 
-- ``state_kind: str`` and ``state_version: int``: what the stored schema is, and its version;
+The typed state protocol, implemented by the stage itself or by the batch kernel
+``batch_stage`` returns for it (``driver.has_typed_state``):
+
+- ``state_kind: str`` and ``state_version: int``: what the stored schema is, and its version
+  (a change to the stored columns is a new version);
 - ``empty_state() -> S``: the state of a bucket that has none;
 - ``state_to_table(state: S) -> pa.Table | None``: the bucket's state as typed columns
-  (None when empty: the host then removes the stored value);
+  (None or no rows when empty: the host then removes the stored value);
 - ``state_from_table(table: pa.Table) -> S``: the inverse.
+
+A stage that implements it itself gets ``S = Bucket`` keyed by the key tuple
+(``tidemark.engine.driver``), whichever of its kernel or the per-key adapter runs it.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from tidemark.engine.driver import Bucket, batch_stage
+from tidemark.engine.driver import Bucket, batch_stage, has_typed_state
 from tidemark.engine.errors import TidemarkError
 
 FORMAT_PICKLED = "pickled-bucket/1"
@@ -36,38 +48,56 @@ _KIND = b"tidemark.state.kind"
 _VERSION = b"tidemark.state.version"
 
 
+#: above zstd's default level: a bucket is written once per batch that touches it and then
+#: kept (and copied by every checkpoint), so bytes stored matter more than encode time
+#: (docs/running.md, "State formats", has the measurement)
+_ZSTD_LEVEL = 15
+
+
+def _write_options() -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=_ZSTD_LEVEL))
+
+
 class StateFormatError(TidemarkError):
     """A stored state was written in a format this version does not read."""
 
     exit_status = 2
 
 
+def _typed(stage: Any) -> Any | None:
+    """What implements the typed state protocol for ``stage``: the stage, its batch kernel,
+    or None (the pickled format)."""
+    if has_typed_state(stage):
+        return stage
+    target = batch_stage(stage)
+    return target if has_typed_state(target) else None
+
+
 def is_typed(stage: Any) -> bool:
     """Whether ``stage`` (or its batch kernel) stores typed Arrow state."""
-    target = batch_stage(stage)
-    return all(hasattr(target, attr) for attr in ("state_kind", "state_version", "state_to_table", "state_from_table"))
+    return _typed(stage) is not None
 
 
 def format_of(stage: Any) -> str:
     """The stored format ``stage`` writes, as messages and docs name it."""
-    if is_typed(stage):
-        target = batch_stage(stage)
-        return f"{target.state_kind}/{target.state_version}"
-    return FORMAT_PICKLED
+    target = _typed(stage)
+    return f"{target.state_kind}/{target.state_version}" if target is not None else FORMAT_PICKLED
 
 
 def empty_state(stage: Any) -> Any:
     """The state of a bucket with nothing stored."""
-    target = batch_stage(stage)
-    return target.empty_state() if hasattr(target, "empty_state") else Bucket()
+    target = _typed(stage)
+    return target.empty_state() if target is not None else Bucket()
 
 
 def encode_state(stage: Any, state: Any) -> bytes | None:
     """The bytes to store for a bucket's ``state``; None when the bucket is empty."""
-    if is_typed(stage):
+    target = _typed(stage)
+    if target is not None:
         import pyarrow as pa
 
-        target = batch_stage(stage)
         table = target.state_to_table(state)
         if table is None or table.num_rows == 0:
             return None
@@ -76,7 +106,7 @@ def encode_state(stage: Any, state: Any) -> bytes | None:
         meta[_VERSION] = str(target.state_version).encode()
         table = table.replace_schema_metadata(meta)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
+        with pa.ipc.new_stream(sink, table.schema, options=_write_options()) as writer:
             writer.write_table(table)
         return sink.getvalue().to_pybytes()
     if not state.states:
@@ -96,12 +126,12 @@ def decode_state(stage: Any, data: bytes | None) -> Any:
             f"stage '{getattr(stage, 'name', stage)}': the checkpoint holds state in format {found}, "
             f"this version reads {expected}; start a new checkpoint (or run the version that wrote it)"
         )
-    if not is_typed(stage):
+    target = _typed(stage)
+    if target is None:
         return Bucket.load(stage, pickle.loads(data[len(_PICKLED_MAGIC):]))
     import pyarrow as pa
 
-    table = pa.ipc.open_stream(data).read_all()
-    return batch_stage(stage).state_from_table(table)
+    return target.state_from_table(pa.ipc.open_stream(data).read_all())
 
 
 def _format_of_bytes(data: bytes) -> str:

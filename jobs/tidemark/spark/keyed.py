@@ -369,7 +369,10 @@ class _BucketRunner:
     def run(self, blobs: list[list[bytes]], stored: bytes | None, now_ms: int) -> _Result:
         """``blobs``: the bucket's blobs per stage input (none for a timer call)."""
         inputs = [batch_ipc.decode_batch(bs) if bs else ChangeBatch.from_changes([]) for bs in blobs]
-        state = state_codec.decode_state(self.stage, stored)
+        try:  # a state in another format is reported as itself (StateFormatError)
+            state = state_codec.decode_state(self.stage, stored)
+        except TidemarkError as err:
+            raise StageFailure(err) from None
         old_wakeup = _next_wakeup(state)
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
         state, out = self.driven.process_batch(inputs, state, ctx)

@@ -18,9 +18,9 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
 from tidemark.engine.errors import ConflictError
-from tidemark.engine.kernels.materializer import MaterializerKernel
+from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.materializer import ActiveRows, SinkMaterializer
+from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer
 
 
 def sink(strategy: str, upsert_key=(1,), ttl_ms=None) -> SinkMaterializer:
@@ -35,15 +35,19 @@ def c(kind: str, *row, pos: int) -> Change:
 class Host:
     """One stage under one ``process_batch`` implementation, batch after batch."""
 
-    def __init__(self, runner) -> None:
+    def __init__(self, runner, groups: bool = False) -> None:
+        """``groups``: batches carry host group ids, as the Spark host's do."""
         self.runner = runner
+        self.groups = groups
         self.bucket = Bucket()
         self.metrics: Counter = Counter()
 
     def run(self, changes: list[Change], now_ms: int = 0) -> list[tuple]:
         ctx = BatchContext(now_ms=now_ms, metrics=self.metrics)
         try:
-            self.bucket, out = self.runner.process_batch([ChangeBatch(changes=list(changes))], self.bucket, ctx)
+            ids = [repr(x.row[0]).encode() for x in changes] if self.groups else None
+            batch = ChangeBatch(changes=list(changes), groups=ids)
+            self.bucket, out = self.runner.process_batch([batch], self.bucket, ctx)
         except ConflictError as e:
             return [("error", str(e))]
         return [(x.kind, x.row, x.pos) for x in out.changes()]
@@ -53,7 +57,7 @@ class Host:
         out = {}
         for key, s in self.bucket.states.items():
             if isinstance(s, ActiveRows):
-                out[key] = [(ident, s.copies(ident), s.nodes[ident][0]) for ident in _idents(s)], s.touched_ms
+                out[key] = [(ident, s.copies(ident), s.nodes[ident].row) for ident in _idents(s)], s.touched_ms
             else:
                 out[key] = s
         return out
@@ -63,7 +67,7 @@ def _idents(rows: ActiveRows) -> list:
     out, cur = [], rows.head
     while cur is not None:
         out.append(cur)
-        cur = rows.nodes[cur][3]
+        cur = rows.nodes[cur].next
     return out
 
 
@@ -89,6 +93,7 @@ batches = st.lists(st.tuples(st.lists(change, max_size=12), st.integers(0, 4)), 
 def test_kernel_equals_per_key_stage(strategy, upsert_key, ttl_ms, batches):
     stage = sink(strategy, upsert_key, ttl_ms)
     kernel, per_key = Host(MaterializerKernel(stage)), Host(PerKeyAdapter(stage))
+    spark = Host(MaterializerKernel(stage), groups=True)  # the Spark host's batches
     now = 0
     for i, (changes, advance) in enumerate(batches):
         now += advance
@@ -96,14 +101,16 @@ def test_kernel_equals_per_key_stage(strategy, upsert_key, ttl_ms, batches):
         changes = [Change(x.kind, x.row, (i, *x.pos)) for x in changes]
         got, want = kernel.run(changes, now), per_key.run(changes, now)
         assert got == want
+        assert spark.run(changes, now) == want
         if want and want[0][0] == "error":
             return
-        assert kernel.visible_state() == per_key.visible_state()
-        assert kernel.metrics == per_key.metrics
+        assert kernel.visible_state() == per_key.visible_state() == spark.visible_state()
+        assert kernel.metrics == per_key.metrics == spark.metrics
 
 
 def test_the_stage_chooses_the_kernel(monkeypatch):
     assert isinstance(batch_stage(sink("NOTHING")), MaterializerKernel)
+    assert batch_stage(sink("NOTHING")).min_changes == KERNEL_MIN_CHANGES
     monkeypatch.setenv("TIDEMARK_MATERIALIZER_KERNEL", "0")
     assert type(batch_stage(sink("NOTHING"))) is PerKeyAdapter
 
@@ -142,7 +149,7 @@ def test_nothing_cancels_exact_pairs_before_the_current_row_is_consulted():
     h.run([c("+I", 1, 10, "a", pos=1)])
     # the in-batch +X/-X pair cancels: the current row stays, nothing is emitted
     assert h.run([c("-D", 1, 10, "a", pos=3), c("+I", 1, 10, "a", pos=2)]) == []
-    assert h.bucket.states[(1,)][:2] == ((1, 10, "a"), (1,))
+    assert h.bucket.states[(1,)] == CurrentRow((1, 10, "a"), 0, 0)  # the current row, as it was
 
 
 def test_error_names_the_table_and_the_pk_value():
@@ -170,7 +177,7 @@ def test_a_batch_built_from_arrow_columns_with_net_weights():
     kernel = MaterializerKernel(sink("NOTHING", upsert_key=None))
     state, out = kernel.process_batch([batch], Bucket(), BatchContext())
     assert [(x.kind, x.row) for x in out.changes()] == [("+I", (1, 10, "a"))]
-    assert state.states[(1,)][3] == 1  # one identical copy dropped, remembered
+    assert state.states[(1,)].dropped == 1  # one identical copy dropped, remembered
 
 
 @pytest.mark.parametrize(

@@ -4,16 +4,17 @@ harness: feed a batch, get the emitted changes, look at the merged table.
 It hosts the stage through the hosts' driver loop (``tidemark.engine.driver``: group by
 ``key_of``, one ``process_key`` per key, ``None`` clears state, ``wakeup_ms`` honoured by
 calling ``process_key`` with no records for keys that asked for it), and round-trips the
-state through pickle between batches as Spark's state store would.
+state through its stored format (``tidemark.engine.state_codec``) between batches as
+Spark's state store would.
 """
 
 from __future__ import annotations
 
-import pickle
 import random
 from collections import Counter
 from collections.abc import Sequence
 
+from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
@@ -32,9 +33,7 @@ class MergeHarness:
 
     @property
     def state(self) -> dict:
-        """key -> that key's state (the driver keeps ``(key, state)`` for stages with timers)."""
-        if self.adapter.timers:
-            return {k: entry[1] for k, entry in self.bucket.states.items()}
+        """key -> that key's state."""
         return dict(self.bucket.states)
 
     def run(self, changes: Sequence[Change], now_ms: int = 0,
@@ -43,7 +42,7 @@ class MergeHarness:
         if shuffle is not None:
             shuffle.shuffle(changes)
         # state read back from storage, as Spark's state store gives it to the next batch
-        bucket = Bucket.load(self.stage, pickle.loads(pickle.dumps(self.bucket.states)))
+        bucket = state_codec.decode_state(self.stage, state_codec.encode_state(self.stage, self.bucket))
         ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=self.metrics)
         self.bucket, out = self.adapter.process_batch([ChangeBatch(changes=changes)], bucket, ctx)
         self.batch_id += 1
@@ -52,7 +51,7 @@ class MergeHarness:
 
     def table(self) -> dict[tuple, tuple]:
         """The merged table: primary key -> merged row."""
-        return {k: s[0] for k, s in self.state.items() if s[0] is not None}
+        return {k: s.row for k, s in self.state.items() if s.row is not None}
 
     def row(self, *key) -> tuple | None:
         return self.table().get(tuple(key))

@@ -12,15 +12,19 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
+from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change, zset
-from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.driver import Bucket, PerKeyAdapter, has_typed_state
 from tidemark.engine.stage import BatchContext
 
 
 class Harness:
-    def __init__(self, stage, now_ms: int = 0):
+    def __init__(self, stage, now_ms: int = 0, stored: bool = True):
+        """``stored``: before each batch, the state of a stage with typed state goes through
+        its stored format (``tidemark.engine.state_codec``) and back, as on Spark."""
         self.stage = stage
+        self.stored = stored and has_typed_state(stage)
         self.adapter = PerKeyAdapter(stage)
         self.bucket = Bucket()
         self.metrics: Counter = Counter()
@@ -47,6 +51,8 @@ class Harness:
             for lst in lists:
                 shuffle.shuffle(lst)
         ctx = BatchContext(batch_id=self.batch_id, now_ms=self.now_ms, metrics=self.metrics)
+        if self.stored:  # state read back from storage, as Spark's state store gives it
+            self.bucket = state_codec.decode_state(self.stage, state_codec.encode_state(self.stage, self.bucket))
         self.bucket, out = self.adapter.process_batch([ChangeBatch(changes=lst) for lst in lists], self.bucket, ctx)
         self.batch_id += 1
         self.emitted.extend(out.changes())

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import pickle
 import random
 
 import pytest
 
 from stage_harness import Harness, c, kinds
+from tidemark.engine import state_codec
 from tidemark.engine.errors import ConflictError, PlanError
 from tidemark.engine.stages.materializer import ActiveRows, SinkMaterializer
 
@@ -56,7 +56,7 @@ def test_seed_disorder_spread_over_batches_deduplicate(ordering):
             batch.append(rec)
         h.run(batch)
         assert sink_table(h) == {1: (1, 20, "b1")}, (ordering, cuts)
-        assert [n[0] for n in h.state[(1,)].nodes.values()] == [(1, 20, "b1")]
+        assert [n.row for n in h.state[(1,)].nodes.values()] == [(1, 20, "b1")]
 
 
 def test_deduplicate_disorder3_spread_emits_no_flicker_on_late_retraction():
@@ -81,7 +81,7 @@ def test_nothing_keeps_first_row_and_drops_others_for_good():
     assert kinds(h.run([I_A1])) == [("+I", (1, 10, "a1"))]
     assert h.run([U_B1]) == []  # b1 conflicts with a1: dropped
     assert h.metrics["conflicts_dropped"] == 1
-    assert h.state[(1,)][0] == (1, 10, "a1")
+    assert h.state[(1,)].row == (1, 10, "a1")
     # the current row is retracted: the dropped b1 is gone, so the PK is deleted
     assert h.run([U_A1]) == [c("-D", 1, 10, "a1", pos=2)]
     assert h.state == {}
@@ -111,7 +111,7 @@ def test_nothing_current_retracted_while_two_rows_remain_never_shows_retracted_r
     h.run([I_A1])
     out = h.run([c("-D", 1, 10, "a1", pos=3), c("+I", 1, 30, "c1", pos=4), c("+I", 1, 40, "d1", pos=5)])
     assert out == [c("-U", 1, 10, "a1", pos=5), c("+U", 1, 30, "c1", pos=5)]
-    assert h.state[(1,)][0] == (1, 30, "c1")
+    assert h.state[(1,)].row == (1, 30, "c1")
     assert h.metrics["conflicts_dropped"] == 1
 
 
@@ -123,7 +123,7 @@ def _shown_row_with_a_dropped_copy() -> Harness:
     h = Harness(t1("NOTHING"))
     assert kinds(h.run([A0_1])) == [("+I", (1, 10, "a1"))]
     assert h.run([A0_2]) == []  # two copies: NOTHING keeps the shown one
-    assert h.state[(1,)][3] == 1  # ... and counts the dropped identical copy
+    assert h.state[(1,)].dropped == 1  # ... and counts the dropped identical copy
     return h
 
 
@@ -133,7 +133,7 @@ def test_nothing_retraction_may_mean_a_dropped_identical_copy_keeps_the_shown_ro
     h = _shown_row_with_a_dropped_copy()
     out = h.run([c("-D", 1, 10, "a1", pos=3), c("+I", 1, 30, "c1", pos=4), c("+I", 1, 40, "d1", pos=5)])
     assert out == []
-    assert h.state[(1,)][0] == (1, 10, "a1") and h.state[(1,)][3] == 0
+    assert h.state[(1,)].row == (1, 10, "a1") and h.state[(1,)].dropped == 0
     assert h.metrics["conflicts_dropped"] == 1 + 2
 
 
@@ -144,7 +144,7 @@ def test_nothing_dropped_copies_are_used_up_by_retractions():
     out = h.run([c("-D", 1, 10, "a1", pos=3), c("-D", 1, 10, "a1", pos=4),
                  c("+I", 1, 30, "c1", pos=5), c("+I", 1, 40, "d1", pos=6)])
     assert out == [c("-U", 1, 10, "a1", pos=6), c("+U", 1, 30, "c1", pos=6)]
-    assert h.state[(1,)][3] == 0
+    assert h.state[(1,)].dropped == 0
 
 
 def test_nothing_dropped_copy_is_no_candidate_when_nothing_else_remains():
@@ -158,7 +158,7 @@ def test_nothing_dropped_copy_is_no_candidate_when_nothing_else_remains():
 def test_nothing_identical_adds_in_one_batch_count_as_dropped_copies():
     h = Harness(t1("NOTHING"))
     h.run([c("+I", 1, 10, "a1", pos=1), c("+I", 1, 10, "a1", pos=2), c("+I", 1, 20, "b1", pos=3)])
-    assert h.state[(1,)][0] == (1, 10, "a1") and h.state[(1,)][3] == 1
+    assert h.state[(1,)].row == (1, 10, "a1") and h.state[(1,)].dropped == 1
 
 
 def test_nothing_with_upsert_key_never_counts_dropped_copies():
@@ -167,14 +167,7 @@ def test_nothing_with_upsert_key_never_counts_dropped_copies():
     h = Harness(t1("NOTHING", upsert_key=(1,)))
     h.run([c("+I", 1, 10, "a1", pos=1)])
     h.run([c("+I", 1, 20, "a1", pos=2)])
-    assert h.state[(1,)][3] == 0
-    out = h.run([c("-D", 1, 10, "a1", pos=3), c("+I", 1, 30, "c1", pos=4), c("+I", 1, 40, "d1", pos=5)])
-    assert out == [c("-U", 1, 10, "a1", pos=5), c("+U", 1, 30, "c1", pos=5)]
-
-
-def test_nothing_state_from_before_the_dropped_count_still_loads():
-    h = Harness(t1("NOTHING"))
-    h.state[(1,)] = ((1, 10, "a1"), (1,), 0)  # the 3-tuple written by older versions
+    assert h.state[(1,)].dropped == 0
     out = h.run([c("-D", 1, 10, "a1", pos=3), c("+I", 1, 30, "c1", pos=4), c("+I", 1, 40, "d1", pos=5)])
     assert out == [c("-U", 1, 10, "a1", pos=5), c("+U", 1, 30, "c1", pos=5)]
 
@@ -193,7 +186,7 @@ def test_error_within_one_batch_update_is_fine_and_duplicates_conflict():
     h = Harness(t1("ERROR"))
     h.run([I_A1])
     assert h.run([U_A1, U_B1]) == [c("-U", 1, 10, "a1", pos=2), c("+U", 1, 20, "b1", pos=2)]
-    assert h.state[(1,)][0] == (1, 20, "b1")
+    assert h.state[(1,)].row == (1, 20, "b1")
     # no upsert key: two copies of one row are two active rows for the PK (as in Flink)
     with pytest.raises(ConflictError):
         h.run([c("+I", 1, 20, "b1", pos=5)])
@@ -302,11 +295,12 @@ def test_retraction_without_state_is_counted_not_raised(strategy):
     assert h.state == {}
 
 
-def test_state_pickles_flat_with_a_long_history():
+def test_state_stores_flat_with_a_long_history():
     m = SinkMaterializer("t", (0,), ("k",), (1,), "DEDUPLICATE")
     h = Harness(m)
     h.run([c("+I", 0, i, "v", pos=i) for i in range(20000)])
-    st = pickle.loads(pickle.dumps(h.state[(0,)]))  # no recursion through linked nodes
+    stored = state_codec.encode_state(m, h.bucket)  # no recursion through linked nodes
+    st = state_codec.decode_state(m, stored).states[(0,)]
     assert isinstance(st, ActiveRows) and st.latest() == (0, 19999, "v")
     assert len(st.rows_in_order()) == 20000
 
@@ -348,7 +342,7 @@ def test_nothing_cancels_pairs_in_any_position_order():
     h.run([c("+I", 1, 1, "x", pos=0)])
     out = h.run([c("+I", 1, 2, "y", pos=1), c("-D", 1, 1, "x", pos=2), c("+I", 1, 1, "x", pos=3)])
     assert out == []
-    assert h.state[(1,)][0] == (1, 1, "x")
+    assert h.state[(1,)].row == (1, 1, "x")
     assert h.metrics["conflicts_dropped"] == 1
 
 
@@ -448,7 +442,7 @@ def test_deduplicate_copies_keep_position_order_across_batches():
     assert h.run([c("-D", "a", 1, pos=6)]) == []  # the oldest copy (position 2) goes
     assert h.state[("a",)].copies(("a", 1)) == [(5,)]
     assert h.run([c("-D", "a", 1, pos=7)]) == [c("-U", "a", 1, pos=7), c("+U", "a", 2, pos=7)]
-    st = pickle.loads(pickle.dumps(h.state[("a",)]))
+    st = state_codec.decode_state(h.stage, state_codec.encode_state(h.stage, h.bucket)).states[("a",)]
     assert st.rows_in_order() == [("a", 2)] and st.copies(("a", 2)) == [(4,)]
 
 
@@ -468,7 +462,7 @@ def test_nothing_identical_copies_keep_the_current_row_like_flink():
     h = Harness(projection("NOTHING"))
     h.run([c("+I", "a", 1, pos=1)])
     assert h.run([c("+I", "a", 2, pos=2), c("+I", "a", 1, pos=3), c("-D", "a", 1, pos=4)]) == []
-    assert h.state[("a",)][0] == ("a", 1)
+    assert h.state[("a",)].row == ("a", 1)
     assert h.metrics["conflicts_dropped"] == 1
 
 

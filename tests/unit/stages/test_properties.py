@@ -88,7 +88,7 @@ def run_all(stage, batches: list[list[list[Change]]], rng: random.Random | None)
 
 def canon_state(state) -> object:
     if isinstance(state, ActiveRows):
-        return (state.rows_in_order(), {k: (n[0], n[1], n[4]) for k, n in state.nodes.items()})
+        return (state.rows_in_order(), {k: (n.row, n.pos, n.copies) for k, n in state.nodes.items()})
     if hasattr(state, "accs"):  # GroupState
         return (state.rows, [getattr(a, "positions", None) for a in state.accs])
     return state
@@ -306,11 +306,11 @@ def test_materializer(data, strategy, with_upsert_key, seed):
                 assert sorted(state.rows_in_order()) == sorted(by_pk[key[0]])
                 assert state.rows_in_order() == sorted(by_pk[key[0]], key=lambda r: pos_of(seen, r))
             else:
-                assert state[0] in active, "state holds a retracted row"
+                assert state.row in active, "state holds a retracted row"
         assert set(shuffled.state) == set(plain.state)
         # what the sink shows is exactly the state's visible row
         visible = Counter(
-            {(s.latest() if isinstance(s, ActiveRows) else s[0]): 1 for s in plain.state.values()}
+            {(s.latest() if isinstance(s, ActiveRows) else s.row): 1 for s in plain.state.values()}
         )
         assert plain.table() == visible
         if strategy == "DEDUPLICATE":  # from scratch: latest active row per PK

@@ -9,18 +9,21 @@ retractions: window ranks over the sorted batch, no Python per record).
 
 What stays per PK, in Python: applying the surviving ops to that PK's state
 (``SinkMaterializer.apply``), which is the stage's own code, so the semantics are the
-per-key path's by construction. The state stays today's Python structure per PK (``ActiveRows``
-for DEDUPLICATE, the ``(row, pos, touched_ms, dropped)`` tuple otherwise): it is what the
-Spark host pickles and what tests inspect. DEDUPLICATE needs record order per PK (each
+per-key path's by construction. The state is the stage's own per PK (``ActiveRows`` for
+DEDUPLICATE, ``CurrentRow`` otherwise) in a ``Bucket`` keyed by the PK tuple, the layout the
+stage's typed state protocol stores (``tidemark.engine.state_codec``), so the replay host,
+the Spark host and the per-key adapter share one state. DEDUPLICATE needs record order per PK (each
 add and retraction is applied against the active rows one by one, and which identical copy a
 retraction removes depends on what came before), so its ops are walked per PK; NOTHING and
 ERROR walk only what survives the pair cancelling.
 
-Two kinds of batch run through ``PerKeyAdapter`` instead: batches carrying host group ids
-(``ChangeBatch.groups``, the Spark host), whose state is keyed by those ids, not by the PK;
-and batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
+Host group ids (``ChangeBatch.groups``, the Spark host) are not used: the PK is the group.
+A batch of fewer than ``min_changes`` changes (the stage asks for ``KERNEL_MIN_CHANGES``)
+runs through ``PerKeyAdapter``: both paths keep one state layout and give one result, and
+for a small batch the polars pass costs more than it saves.
+Batches of ``Change`` tuples whose values Arrow cannot type as one column per field (a
 column mixing types, an integer beyond 64 bits, a tuple mixing types), which the planner's
-typed batches never hold but hand-built changes may.
+typed batches never hold but hand-built changes may, run through ``PerKeyAdapter``.
 
 Values compare as Arrow compares them, which matches Python's ``==`` on the planner's types
 (``0.0`` and ``-0.0`` are one PK, ``Decimal("1.10")`` and ``Decimal("1.1")`` one row) except
@@ -42,6 +45,10 @@ from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.materializer import SinkMaterializer
 
+#: below this many changes a call costs less per key than the kernel's fixed polars cost
+#: (docs/running.md, "The sink materializer's batch kernel": the Spark host calls it once per
+#: state bucket, a few hundred changes at W2's batch size)
+KERNEL_MIN_CHANGES = 1500
 _I = "$i"  # a change's index in the batch's change list
 _ADD = "$add"
 _KEY = "$key"  # the PK's first arrival index: a PK id that also orders PKs as the adapter does
@@ -61,8 +68,10 @@ _NOT_TABULAR = (
 class MaterializerKernel:
     """``process_batch`` for a ``SinkMaterializer`` (module docstring)."""
 
-    def __init__(self, stage: SinkMaterializer) -> None:
+    def __init__(self, stage: SinkMaterializer, min_changes: int = 0) -> None:
+        """``min_changes``: a smaller batch takes the per-key path (``KERNEL_MIN_CHANGES``)."""
         self.stage = stage
+        self.min_changes = min_changes
         self.name = stage.name
         self.n_inputs = stage.n_inputs
         self._per_key = PerKeyAdapter(stage)
@@ -71,11 +80,11 @@ class MaterializerKernel:
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch]:
         batch = inputs[0]
-        if batch.groups is not None:
-            return self._per_key.process_batch(inputs, state, ctx)
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
+        if len(changes) < self.min_changes:
+            return self._per_key.process_batch(inputs, state, ctx)
         try:
             keys, ops = self._ops_per_key(_unit_table(batch, changes))
         except _NOT_TABULAR:

@@ -87,7 +87,8 @@ class PlanGraph:
             out = self._add(
                 "normalize", name, [src.id], table.column_names, table.types,
                 upsert_keys=keys, changelog_mode="retract",
-                stage=Normalize(table.pk_indexes, len(table.columns), name=name),
+                stage=Normalize(table.pk_indexes, len(table.columns), name=name,
+                                columns=tuple(zip(table.column_names, table.types))),
                 detail={"primary_key": list(table.primary_key)},
             )  # fmt: skip
         self._sources[table.name] = out.id

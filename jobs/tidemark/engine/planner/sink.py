@@ -198,7 +198,7 @@ class SinkPlanner(PlanGraph):
                 name = f"materializer:{sink.name}"
                 stage = SinkMaterializer(
                     sink.name, sink.pk_indexes, tuple(sink.primary_key), ukey if ukey else None,
-                    strategy, ttl_ms=ttl_ms or None, name=name,
+                    strategy, ttl_ms=ttl_ms or None, name=name, columns=tuple(zip(sink.column_names, sink.types)),
                 )  # fmt: skip
                 node = self._add(
                     "materializer", name, [input_id], sink.column_names, sink.types,

@@ -27,9 +27,9 @@ Strategies
   from Flink (docs/conformance.md, ``dedup-identical-copies-retract-oldest/-newest``).
   A retraction finds the oldest copy whatever its position (in a valid changelog that copy is
   never newer than the retraction).
-  State = the active rows of the PK in a dict keyed by identity (upsert key, or full row)
-  whose entries form a doubly-linked list in position order, linked by identity rather than
-  by object references so the state pickles flat. A full-row entry with several identical
+  State = the active rows of the PK (``ActiveRows``) in a dict keyed by identity (upsert key,
+  or full row) whose entries form a doubly-linked list in position order, linked by identity
+  rather than by object references so the state stores flat. A full-row entry with several identical
   copies keeps their positions in a deque, oldest first (adds arrive in position order, so
   appending keeps it sorted); the entry sits in the list at its newest copy. Add, retract
   and "latest" are O(1) amortized: a new add almost always has the greatest position and
@@ -41,7 +41,7 @@ Strategies
   that row later can leave Flink's sink showing a retracted row.
 - NOTHING and ERROR follow Flink 2.3's ``WatermarkCompactingSinkMaterializer`` with one
   batch as one compaction step. State = the current sink row (its identity is derived
-  from it) and a count, not a history: ``(row, pos, touched_ms, dropped)``. Per batch: first cancel exact ``+X``/``-X`` pairs wherever they
+  from it) and a count, not a history: ``CurrentRow(row, touched_ms, dropped)``. Per batch: first cancel exact ``+X``/``-X`` pairs wherever they
   sit in the batch (Flink cancels them in its step buffer whichever came first; with several
   adds of one row the earliest cancel), then start from ``[current]`` and apply the rest in
   position order (an add for an identity already listed replaces it in place,
@@ -77,6 +77,18 @@ Strategies
   shows is then unknown, so a following add is emitted as ``+I``.
 - Every retraction that finds no row to retract (expired state or never added) is counted
   in ``retractions_without_state`` and otherwise ignored.
+
+Stored state (the typed state protocol of ``tidemark.engine.state_codec``), one table row per
+row the state holds, typed by the sink's columns; the PK is the row's own columns, so it is
+not stored twice:
+- DEDUPLICATE, ``materializer-active-rows/1``: ``row`` (struct), ``pos`` (``list<int64>``),
+  ``copies`` (the positions of identical active copies, oldest first; null for one copy),
+  the PK's rows in their list order, oldest first;
+- NOTHING and ERROR, ``materializer-current-row/1``: ``row``, and ``dropped`` (int64) only
+  in a bucket where a PK has dropped copies.
+Both add ``touched_ms`` (int64) only when a TTL is set: nothing else reads it. Rows are
+stored sorted by PK (stable: a DEDUPLICATE PK's rows keep their order), which is what
+makes the compressed columns small: neighbouring keys share their leading bytes.
 """
 
 from __future__ import annotations
@@ -84,22 +96,49 @@ from __future__ import annotations
 import os
 from bisect import insort
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.changelog import Change, canonical_sorted, diff_to_changes, sorted_ops
-from tidemark.engine.driver import PerKeyAdapter
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.errors import ConflictError, PlanError
 from tidemark.engine.stage import BatchContext
 
-STRATEGIES = ("DEDUPLICATE", "NOTHING", "ERROR")
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-# A DEDUPLICATE node: [row, pos, prev identity, next identity, copies]. ``copies`` is None for
-# one copy (always, with an upsert key); for several identical active copies of a full row, a
-# deque of their positions, oldest first, whose last is ``pos``. Only duplicated values pay
-# for a deque.
-ROW, POS, PREV, NEXT, COPIES = range(5)
+    from tidemark.engine.state_tables import RowType
+
+STRATEGIES = ("DEDUPLICATE", "NOTHING", "ERROR")
+#: NOTHING / ERROR: the current row's list entry while no add has replaced it
+_CURRENT = object()
+
+@dataclass(slots=True)
+class _Node:
+    """One active row of a DEDUPLICATE PK, linked to its neighbours in position order by
+    identity rather than by object references, so the state stores flat. ``copies`` is None
+    for one copy (always, with an upsert key); for several identical active copies of a full
+    row, a deque of their positions, oldest first, whose last is ``pos``. Only duplicated
+    values pay for a deque."""
+
+    row: tuple
+    pos: tuple
+    prev: tuple | None = None
+    next: tuple | None = None
+    copies: deque | None = None
+
+
+class CurrentRow(NamedTuple):
+    """NOTHING / ERROR state of one PK: the row the sink shows, when the state was last
+    written (for TTL) and how many identical copies of it were dropped (no upsert key only;
+    see the module docstring). Like Flink's, it keeps no position: the next batch's changes
+    carry their own, and the output takes the batch's."""
+
+    row: tuple
+    touched_ms: int
+    dropped: int
 
 
 class ActiveRows:
@@ -110,36 +149,36 @@ class ActiveRows:
     __slots__ = ("nodes", "head", "tail", "touched_ms")
 
     def __init__(self) -> None:
-        self.nodes: dict[tuple, list] = {}
+        self.nodes: dict[tuple, _Node] = {}
         self.head: tuple | None = None
         self.tail: tuple | None = None
         self.touched_ms = 0
 
     def latest(self) -> tuple | None:
-        return self.nodes[self.tail][ROW] if self.tail is not None else None
+        return self.nodes[self.tail].row if self.tail is not None else None
 
     def add(self, ident: tuple, row: tuple, pos: tuple, replace: bool) -> None:
         """``replace``: the identity is an upsert key, so the new row replaces the old one and
         takes the new position; otherwise the add is one more copy of an identical row."""
         node = self.nodes.get(ident)
         if node is None:
-            node = [row, pos, None, None, None]
+            node = _Node(row, pos)
             self.nodes[ident] = node
         elif replace:
             self._unlink(ident, node)
-            node[ROW], node[POS] = row, pos
+            node.row, node.pos = row, pos
         else:
-            copies = node[COPIES]
+            copies = node.copies
             if copies is None:
-                copies = node[COPIES] = deque((node[POS],))
+                copies = node.copies = deque((node.pos,))
             if pos >= copies[-1]:
                 copies.append(pos)
             else:  # a copy older than the newest one (disorder across batches): rare
                 insort(copies, pos)
-            if copies[-1] == node[POS]:
+            if copies[-1] == node.pos:
                 return  # the newest copy did not change: the node stays where it is
             self._unlink(ident, node)
-            node[POS] = copies[-1]
+            node.pos = copies[-1]
         self._link_by_pos(ident, node)
 
     def retract(self, ident: tuple) -> bool:
@@ -148,11 +187,11 @@ class ActiveRows:
         node = self.nodes.get(ident)
         if node is None:
             return False
-        copies = node[COPIES]
+        copies = node.copies
         if copies is not None:
             copies.popleft()
             if len(copies) == 1:
-                node[COPIES] = None
+                node.copies = None
             return True
         self._unlink(ident, node)
         del self.nodes[ident]
@@ -163,50 +202,64 @@ class ActiveRows:
         node = self.nodes.get(ident)
         if node is None:
             return []
-        return list(node[COPIES]) if node[COPIES] is not None else [node[POS]]
+        return list(node.copies) if node.copies is not None else [node.pos]
 
-    def _unlink(self, ident: tuple, node: list) -> None:
-        prev, nxt = node[PREV], node[NEXT]
+    def _unlink(self, ident: tuple, node: _Node) -> None:
+        prev, nxt = node.prev, node.next
         if prev is None:
             self.head = nxt
         else:
-            self.nodes[prev][NEXT] = nxt
+            self.nodes[prev].next = nxt
         if nxt is None:
             self.tail = prev
         else:
-            self.nodes[nxt][PREV] = prev
-        node[PREV] = node[NEXT] = None
+            self.nodes[nxt].prev = prev
+        node.prev = node.next = None
 
-    def _link_by_pos(self, ident: tuple, node: list) -> None:
+    def _link_by_pos(self, ident: tuple, node: _Node) -> None:
         # Walk back from the tail to the last node not later than this one: 0 steps for the
         # usual newest-add, a few for mild disorder.
         after = self.tail
-        pos = node[POS]
-        while after is not None and self.nodes[after][POS] > pos:
-            after = self.nodes[after][PREV]
+        pos = node.pos
+        while after is not None and self.nodes[after].pos > pos:
+            after = self.nodes[after].prev
         if after is None:
-            node[PREV], node[NEXT] = None, self.head
+            node.prev, node.next = None, self.head
             if self.head is not None:
-                self.nodes[self.head][PREV] = ident
+                self.nodes[self.head].prev = ident
             self.head = ident
             if self.tail is None:
                 self.tail = ident
         else:
             a = self.nodes[after]
-            node[PREV], node[NEXT] = after, a[NEXT]
-            if a[NEXT] is None:
+            node.prev, node.next = after, a.next
+            if a.next is None:
                 self.tail = ident
             else:
-                self.nodes[a[NEXT]][PREV] = ident
-            a[NEXT] = ident
+                self.nodes[a.next].prev = ident
+            a.next = ident
+
+    def in_order(self) -> Iterator[_Node]:
+        """The active rows oldest to latest (O(n))."""
+        cur = self.head
+        while cur is not None:
+            node = self.nodes[cur]
+            yield node
+            cur = node.next
 
     def rows_in_order(self) -> list[tuple]:
         """Oldest to latest; for tests and debugging (O(n))."""
-        out, cur = [], self.head
-        while cur is not None:
-            out.append(self.nodes[cur][ROW])
-            cur = self.nodes[cur][NEXT]
-        return out
+        return [node.row for node in self.in_order()]
+
+    def append(self, ident: tuple, row: tuple, pos: tuple, copies: list[tuple] | None) -> None:
+        """Add a row after all others, as stored (``in_order``): rebuilding a state."""
+        node = _Node(row, pos, self.tail, None, deque(copies) if copies is not None else None)
+        if self.tail is None:
+            self.head = ident
+        else:
+            self.nodes[self.tail].next = ident
+        self.tail = ident
+        self.nodes[ident] = node
 
 
 class SinkMaterializer:
@@ -221,7 +274,10 @@ class SinkMaterializer:
         strategy: str,
         ttl_ms: int | None = None,
         name: str = "materializer",
+        columns: RowType | None = None,
     ):
+        """``columns``: the sink's column names and types, which type the stored state
+        (None: Arrow infers them from the values)."""
         if strategy not in STRATEGIES:
             raise PlanError(f"unknown ON CONFLICT strategy {strategy!r}; use DO {', DO '.join(STRATEGIES)}")
         if len(pk) != len(pk_names) or not pk:
@@ -237,9 +293,13 @@ class SinkMaterializer:
         self.strategy = strategy
         self.ttl_ms = ttl_ms
         self.name = name
+        self.columns = tuple(columns) if columns is not None else None
 
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
-        return tuple(change.row[i] for i in self.pk)
+        return self.key_of_row(change.row)
+
+    def key_of_row(self, row: tuple) -> tuple:
+        return tuple(row[i] for i in self.pk)
 
     def identity(self, row: tuple) -> tuple:
         """What a retraction must match: the upsert key's values, or the whole row."""
@@ -267,7 +327,7 @@ class SinkMaterializer:
         greatest position for the PK. Shared by ``process_key`` and the batch kernel
         (``tidemark.engine.kernels.materializer``), which orders and cancels a whole batch
         at once."""
-        if state is not None and self.ttl_ms is not None and ctx.now_ms - _touched(state) > self.ttl_ms:
+        if state is not None and self.ttl_ms is not None and ctx.now_ms - state.touched_ms > self.ttl_ms:
             ctx.metrics["state_expired"] += 1
             state = None
         if self.strategy == "DEDUPLICATE":
@@ -279,9 +339,66 @@ class SinkMaterializer:
         kernel, unless ``TIDEMARK_MATERIALIZER_KERNEL=0`` asks for the per-key path."""
         if os.environ.get("TIDEMARK_MATERIALIZER_KERNEL", "1") == "0":
             return PerKeyAdapter(self)
-        from tidemark.engine.kernels.materializer import MaterializerKernel
+        from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
 
-        return MaterializerKernel(self)
+        return MaterializerKernel(self, min_changes=KERNEL_MIN_CHANGES)
+
+    # ------------------------------------------------------------------ typed state
+
+    state_version = 1
+
+    @property
+    def state_kind(self) -> str:
+        return "materializer-active-rows" if self.strategy == "DEDUPLICATE" else "materializer-current-row"
+
+    def empty_state(self) -> Bucket:
+        return Bucket()
+
+    def state_to_table(self, bucket: Bucket) -> pa.Table:
+        """One row per active row (module docstring, "Stored state"); the PK is the row's."""
+        from tidemark.engine import state_tables as T
+
+        states = bucket.states.values()
+        cols: dict[str, Any] = {}
+        if self.strategy == "DEDUPLICATE":
+            nodes = [(st, node) for st in states for node in st.in_order()]
+            rows = [n.row for _, n in nodes]
+            cols["pos"] = T.positions_column([n.pos for _, n in nodes])
+            copies = [list(n.copies) if n.copies is not None else None for _, n in nodes]
+            cols["copies"] = T.position_lists_column(copies)
+            touched = [st.touched_ms for st, _ in nodes]
+        else:
+            rows = [st.row for st in states]
+            dropped = [st.dropped for st in states]
+            if any(dropped):  # almost always 0: a bucket without any does not store them
+                cols["dropped"] = T.ints_column(dropped)
+            touched = [st.touched_ms for st in states]
+        if self.ttl_ms is not None:  # without a TTL nothing reads it: not stored
+            cols["touched_ms"] = T.ints_column(touched)
+        width = len(rows[0]) if rows else len(self.columns or ())
+        return T.sorted_by_key(T.table({"row": T.rows_column(rows, width, self.columns), **cols}), self.pk)
+
+    def state_from_table(self, table: pa.Table) -> Bucket:
+        from tidemark.engine import state_tables as T
+
+        rows = T.rows_of(table.column("row"))
+        touched = table.column("touched_ms").to_pylist() if "touched_ms" in table.column_names else [0] * len(rows)
+        states: dict[tuple, Any] = {}
+        if self.strategy == "DEDUPLICATE":
+            pos = T.positions_of(table.column("pos"))
+            copies = T.position_lists_of(table.column("copies"))
+            for row, p, cp, t in zip(rows, pos, copies, touched):
+                key = self.key_of_row(row)
+                st = states.get(key)
+                if st is None:
+                    st = states[key] = ActiveRows()
+                    st.touched_ms = t
+                st.append(self.identity(row), row, p, cp)
+        else:
+            dropped = table.column("dropped").to_pylist() if "dropped" in table.column_names else [0] * len(rows)
+            for row, t, d in zip(rows, touched, dropped):
+                states[self.key_of_row(row)] = CurrentRow(row, t, d)
+        return Bucket(states)
 
     def _deduplicate(self, ops, st: ActiveRows | None, pos: tuple, ctx: BatchContext):
         """One record at a time against the state, as Flink's SinkUpsertMaterializer."""
@@ -300,18 +417,18 @@ class SinkMaterializer:
         st.touched_ms = ctx.now_ms
         return st, diff_to_changes(old, st.latest(), pos)
 
-    def _single_row(self, key: tuple, ops, state: tuple | None, pos: tuple, ctx: BatchContext):
+    def _single_row(self, key: tuple, ops, state: CurrentRow | None, pos: tuple, ctx: BatchContext):
         """NOTHING / ERROR: one compaction step of Flink's watermark-compacting materializer."""
         replace = self.upsert_key is not None
-        old = state[0] if state is not None else None
-        # identical copies of ``old`` dropped earlier (no upsert key only; 3-tuples predate it)
-        dropped = state[3] if state is not None and len(state) > 3 else 0
+        old = state.row if state is not None else None
+        dropped = state.dropped if state is not None else 0
         old_ident = self.identity(old) if old is not None else None
         old_retracted = 0  # retractions of the current row's identity left after cancelling
-        # identity -> [row, count, pos]; dicts keep insertion order = Flink's list order
+        # identity -> [row, count, add position or _CURRENT]; dicts keep insertion order =
+        # Flink's list order
         rows: dict[tuple, list] = {}
         if old is not None:
-            rows[old_ident] = [old, 1, state[1]]
+            rows[old_ident] = [old, 1, _CURRENT]
         for op_pos, is_add, row in ops:
             ident = self.identity(row)
             entry = rows.get(ident)
@@ -348,12 +465,12 @@ class SinkMaterializer:
                 # every retraction of the shown row may have meant a dropped copy: it is
                 # still active as far as the sink can know, and Flink keeps it
                 ctx.metrics["conflicts_dropped"] += 1
-                return (old, state[1], ctx.now_ms, dropped - old_retracted), []
-        if first[0] == old and first[2] == state[1]:
+                return CurrentRow(old, ctx.now_ms, dropped - old_retracted), []
+        if first[2] is _CURRENT:
             keep = dropped  # the current row stays: its dropped copies still count
         else:
             keep = 0
-        new_state = (first[0], first[2], ctx.now_ms, keep + (first[1] - 1 if not replace else 0))
+        new_state = CurrentRow(first[0], ctx.now_ms, keep + (first[1] - 1 if not replace else 0))
         return new_state, diff_to_changes(old, first[0], pos)
 
 
@@ -387,5 +504,3 @@ def consolidate(changes: list[Change]) -> list[tuple[tuple, bool, tuple]]:
     return sorted_ops(ops)
 
 
-def _touched(state: Any) -> int:
-    return state.touched_ms if isinstance(state, ActiveRows) else state[2]

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tidemark.engine.stages.merge import options as merge_options
+from tidemark.engine.types import SqlType
 from tidemark.engine.stages.merge.aggregation import AggregationMerge
 from tidemark.engine.stages.merge.deduplicate import DeduplicateMerge
 from tidemark.engine.stages.merge.first_row import FirstRowMerge
@@ -37,6 +38,8 @@ def build_merge_engine(
     name: str = "merge_engine",
 ) -> MergeEngineStage:
     cfg = merge_options.parse(table, columns, pk, options, input_retracts, types)
+    # SQL types type the stored state; a column given by a type name only is left to Arrow
+    row_type = tuple(zip(columns, (t if isinstance(t, SqlType) else None for t in types))) if types is not None else None
     if cfg.engine == "deduplicate":
         merge_fn: Any = DeduplicateMerge()
     elif cfg.engine == "first-row":
@@ -45,4 +48,4 @@ def build_merge_engine(
         merge_fn = AggregationMerge(cfg)
     else:
         merge_fn = PartialUpdateMerge(cfg)
-    return MergeEngineStage(cfg, merge_fn, name=name)
+    return MergeEngineStage(cfg, merge_fn, name=name, columns=row_type)

@@ -1,29 +1,37 @@
 """The merge engine as a keyed sink stage.
 
-Keyed by the sink primary key. State per key:
+Keyed by the sink primary key. State per key, a ``MergeState``:
 
-- ``(row, pos)``: the merged row and the greatest source position merged into it. Everything
-  an engine needs lives in the merged row itself (as in Paimon, where a compacted row is all
-  that is left of a key's history), so state is one row per key.
-- ``(None, pos, tombstone)``: with ``sequence.field`` only, a deleted key keeps the record
+- ``row`` and ``pos``: the merged row and the greatest source position merged into it.
+  Everything an engine needs lives in the merged row itself (as in Paimon, where a
+  compacted row is all that is left of a key's history), so state is one row per key.
+- ``tombstone``: with ``sequence.field`` only, a deleted key (``row`` None) keeps the record
   that deleted it, so a record with a smaller sequence arriving in a later batch sorts
   before the delete and cannot resurrect the key ("the largest sequence wins, also across
   batches"). Without ``sequence.field`` a delete forgets the key.
-- ``full-compaction`` adds the row emitted at the last barrier and since when changes are
-  pending: ``(row, pos, tombstone, emitted, dirty_since_ms)``.
+- ``emitted`` and ``dirty_since_ms`` (``full-compaction`` only): the row emitted at the last
+  barrier and since when changes are pending (None: nothing pending), from which
+  ``wakeup_ms`` tells the host when to call the key again.
 - ``None`` when there is nothing to keep.
 
 Per batch and key: drop retractions under ``ignore-delete``; cancel exact ``+X``/``-X``
 pairs; order the rest together with the state (``ordering``); fold them with the engine;
 emit what the changelog producer asks for (``producers``).
+
+Stored state (``tidemark.engine.state_codec``), ``merge-engine/1``: one table row per key,
+``key`` (struct of the primary key columns: a key pending a barrier may have no row left),
+``row``, ``tombstone`` and ``emitted`` (structs typed by the table's columns, null when
+absent), ``pos`` (``list<int64>``) and ``dirty_since_ms`` (int64, null when nothing is
+pending). Timers are not stored: they are ``wakeup_ms`` of the rebuilt states.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.changelog import ADDS, Change
+from tidemark.engine.driver import Bucket
 from tidemark.engine.errors import InputError
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge import producers
@@ -31,12 +39,33 @@ from tidemark.engine.stages.merge.aggregators import MergeError
 from tidemark.engine.stages.merge.options import MergeConfig
 from tidemark.engine.stages.merge.ordering import cancel_pairs, merge_order
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tidemark.engine.state_tables import RowType
+
+
+class MergeState(NamedTuple):
+    """One key's state (module docstring)."""
+
+    row: tuple | None
+    pos: tuple
+    tombstone: tuple | None = None
+    emitted: tuple | None = None
+    dirty_since_ms: int | None = None
+
 
 class MergeEngineStage:
     n_inputs = 1
 
-    def __init__(self, cfg: MergeConfig, merge_fn: Any, name: str = "merge_engine"):
+    state_kind = "merge-engine"
+    state_version = 1
+
+    def __init__(self, cfg: MergeConfig, merge_fn: Any, name: str = "merge_engine", columns: RowType | None = None):
+        """``columns``: the table's column names and types, which type the stored state
+        (None: Arrow infers them from the values)."""
         self.cfg = cfg
+        self.columns = tuple(columns) if columns is not None else None
         self.name = name
         self.merge_fn = merge_fn
         self.pk = cfg.pk
@@ -59,14 +88,14 @@ class MergeEngineStage:
     def wakeup_ms(self, state: Any) -> int | None:
         """When the host must call ``process_key`` for this key even without records
         (``full-compaction`` barriers); ``None`` when nothing is pending."""
-        if not self.full or state is None or state[4] is None:
+        if not self.full or state is None or state.dirty_since_ms is None:
             return None
-        return producers.next_barrier_ms(state[4], self.cfg.compaction_interval_ms)
+        return producers.next_barrier_ms(state.dirty_since_ms, self.cfg.compaction_interval_ms)
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
     ) -> tuple[Any, list[Change]]:
-        old_row, old_pos, old_tomb = _unpack(state)
+        old_row, old_pos, old_tomb = (state.row, state.pos, state.tombstone) if state is not None else (None, (), None)
         records = self._accepted(inputs[0], ctx)
         effective = cancel_pairs(records) if len(records) > 1 else records
         if len(effective) < len(records):
@@ -80,12 +109,7 @@ class MergeEngineStage:
             tomb = None
         if self.full:
             return self._full_compaction(state, new_row, pos, tomb, bool(effective), ctx)
-        if new_row is not None:
-            new_state: Any = (new_row, pos)
-        elif tomb is not None:
-            new_state = (None, pos, tomb)
-        else:
-            new_state = None
+        new_state = MergeState(new_row, pos, tomb) if new_row is not None or tomb is not None else None
         if self.producer == "none":
             return new_state, producers.upserts(old_row, new_row, pos)
         if self.producer == "input":
@@ -131,7 +155,7 @@ class MergeEngineStage:
     def _full_compaction(self, state: Any, new_row: tuple | None, pos: tuple,
                          tomb: tuple | None, applied: bool,
                          ctx: BatchContext) -> tuple[Any, list[Change]]:
-        emitted, dirty = (state[3], state[4]) if state is not None else (None, None)
+        emitted, dirty = (state.emitted, state.dirty_since_ms) if state is not None else (None, None)
         if applied and dirty is None:
             dirty = ctx.now_ms
         changes: list[Change] = []
@@ -142,12 +166,40 @@ class MergeEngineStage:
             emitted, dirty = new_row, None
         if new_row is None and tomb is None and emitted is None and dirty is None:
             return None, changes
-        return (new_row, pos, tomb, emitted, dirty), changes
+        return MergeState(new_row, pos, tomb, emitted, dirty), changes
 
+    # ------------------------------------------------------------------ typed state
 
-def _unpack(state: Any) -> tuple[tuple | None, tuple, tuple | None]:
-    if state is None:
-        return None, (), None
-    if len(state) == 2:
-        return state[0], state[1], None
-    return state[0], state[1], state[2]
+    def empty_state(self) -> Bucket:
+        return Bucket()
+
+    def state_to_table(self, bucket: Bucket) -> pa.Table:
+        """The bucket's states as the module docstring's table."""
+        from tidemark.engine import state_tables as T
+
+        keys, states = list(bucket.states), list(bucket.states.values())
+        key_type = tuple(self.columns[i] for i in self.pk) if self.columns is not None else None
+        cols = {
+            "key": T.rows_column(keys, len(self.pk), key_type),
+            "row": T.rows_column([st.row for st in states], self.width, self.columns),
+            "pos": T.positions_column([st.pos for st in states]),
+            "tombstone": T.rows_column([st.tombstone for st in states], self.width, self.columns),
+        }
+        if self.full:
+            cols["emitted"] = T.rows_column([st.emitted for st in states], self.width, self.columns)
+            cols["dirty_since_ms"] = T.ints_column([st.dirty_since_ms for st in states])
+        return T.table(cols)
+
+    def state_from_table(self, table: pa.Table) -> Bucket:
+        from tidemark.engine import state_tables as T
+
+        n = table.num_rows
+        fields = [
+            T.rows_of(table.column("row")),
+            T.positions_of(table.column("pos")),
+            T.rows_of(table.column("tombstone")),
+            T.rows_of(table.column("emitted")) if self.full else [None] * n,
+            table.column("dirty_since_ms").to_pylist() if self.full else [None] * n,
+        ]
+        states = {key: MergeState(*f) for key, *f in zip(T.rows_of(table.column("key")), *fields)}
+        return Bucket.load(self, states)

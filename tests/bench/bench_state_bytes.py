@@ -1,0 +1,57 @@
+"""Bytes a key of the sink materializer's stored state on the W2 shape: the pickled bucket
+format (before typed state) against the typed Arrow format ``state_codec`` writes.
+
+W2's final sink table at scale 4: 72,604 of 80,000 ids, rows (id, level, attr), levels
+1..4,000, positions (batch, source, partition, offset), upsert key (id, level), 256 state
+buckets. Run: ``.venv/bin/python tests/bench/bench_state_bytes.py``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+from tidemark.engine import state_codec
+from tidemark.engine.driver import Bucket
+from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer
+from tidemark.engine.types import parse_type
+from tidemark.spark.keyed import bucket_of, encode_key
+
+BUCKETS = 256
+COLUMNS = tuple(zip(("id", "level", "attr"), (parse_type("BIGINT"), parse_type("BIGINT"), parse_type("STRING"))))
+NOW_MS = 1_795_000_000_000
+
+
+def main() -> None:
+    rng = random.Random(1)
+    ids = rng.sample(range(1, 80_001), 72_604)
+    for strategy in ("NOTHING", "DEDUPLICATE"):
+        mat = SinkMaterializer("t1", (0,), ("id",), (0, 1), strategy, columns=COLUMNS)
+        typed = [Bucket() for _ in range(BUCKETS)]
+        pickled: list[dict] = [{} for _ in range(BUCKETS)]
+        for i in ids:
+            lv = rng.randint(1, 4_000)
+            row = (i, lv, f"a{lv}" + ("'" if rng.random() < 0.1 else ""))
+            pos = (rng.randint(0, 4), 1, 0, rng.randint(0, 232_651))
+            key_bytes = encode_key((i,))
+            b = bucket_of(key_bytes, BUCKETS)
+            ident = mat.identity(row)
+            if strategy == "NOTHING":
+                typed[b].states[(i,)] = CurrentRow(row, NOW_MS, 0)
+                pickled[b][key_bytes] = (row, pos, NOW_MS, 0)  # the 4-tuple the pickled format held
+            else:
+                st = ActiveRows()
+                st.add(ident, row, pos, True)
+                typed[b].states[(i,)] = st
+                # ActiveRows as pickled before: list nodes [row, pos, prev, next, copies]
+                pickled[b][key_bytes] = {"nodes": {ident: [row, pos, None, None, None]}, "head": ident,
+                                         "tail": ident, "touched_ms": NOW_MS}
+        before = sum(len(b"TMPB1\n" + pickle.dumps(p, pickle.HIGHEST_PROTOCOL)) for p in pickled)
+        after = sum(len(state_codec.encode_state(mat, b)) for b in typed)
+        n = len(ids)
+        print(f"{strategy}: {n:,} keys, {BUCKETS} buckets: pickled {before:,} B ({before / n:.1f} B/key), "
+              f"typed Arrow {after:,} B ({after / n:.1f} B/key)")
+
+
+if __name__ == "__main__":
+    main()
