@@ -29,9 +29,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change, canonical_sorted
-from tidemark.engine.driver import BatchStage, Bucket, batch_stage
+from tidemark.engine.driver import BatchStage, batch_stage
 from tidemark.engine.errors import InputError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import BatchContext, uses_timers
@@ -85,7 +86,7 @@ class ReplayHost:
         self.pipeline = pipeline
         self.clock = clock or wall_clock_ms
         self._stages: dict[int, BatchStage] = {n.id: batch_stage(n.stage) for n in pipeline.nodes if _is_keyed(n.stage)}
-        self._buckets: dict[int, Bucket] = {node_id: Bucket() for node_id in self._stages}
+        self._buckets: dict[int, Any] = {n.id: state_codec.empty_state(n.stage) for n in pipeline.nodes if n.id in self._stages}
         self._timed = {n.id: uses_timers(n.stage) for n in pipeline.nodes if n.id in self._stages}
         self.metrics: Counter = Counter()
         self._table: dict[tuple, tuple] = {}
@@ -94,8 +95,9 @@ class ReplayHost:
 
     @property
     def state(self) -> dict[int, dict[tuple, Any]]:
-        """node id -> key -> that key's state (``(key, state)`` for stages with timers)."""
-        return {node_id: b.states for node_id, b in self._buckets.items()}
+        """node id -> key -> that key's state (``(key, state)`` for stages with timers); a
+        stage with typed state (``state_codec``) maps to its bucket's state object."""
+        return {node_id: getattr(b, "states", b) for node_id, b in self._buckets.items()}
 
     @property
     def timers(self) -> dict[int, dict[tuple, int]]:
