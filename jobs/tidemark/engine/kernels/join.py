@@ -174,15 +174,17 @@ class _Run:
         self.pos = pos_columns(depth)
         frames = [_pad_pos(b, self.pos) for b in batches]
         stored = [None if f is None else _pad_pos(f, self.pos) for f in state.sides]
-        self.ranks = _position_ranks([*frames, *(f for f in stored if f is not None)], self.pos)
-        self.batches = [self._ranked(f) for f in frames]
-        self.stored = [None if f is None else self._ranked(f) for f in stored]
+        ranked, self.positions = _position_ranks([*frames, *(f for f in stored if f is not None)], self.pos)
+        self.batches = ranked[:2]
+        rest = iter(ranked[2:])
+        self.stored = [None if f is None else next(rest) for f in stored]
         self.base = 1 + max((int(f[_SEQ].max()) for f in self.stored if f is not None and f.height), default=-1)
         self.key_names = [f"$k{j}" for j in range(len(self.stage.keys[0]))]
         self.key_types = self._key_types()
 
-    def _ranked(self, frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.join(self.ranks, on=self.pos, how="left", nulls_equal=True, maintain_order="left").drop(self.pos)
+    def _with_positions(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame``'s ``$p`` ranks back as position columns."""
+        return frame.drop(_P).hstack(self.positions[frame[_P]])
 
     # ------------------------------------------------------------------ the call
 
@@ -490,13 +492,11 @@ class _Run:
         ).sort("kg", "section", "o1", "o2", "o3", "sub")  # fmt: skip
         if changes.height == 0:
             return ChangeBatch(changes=[])
-        left = universes[0].select(pl.col("id").cast(pl.Int64).alias("a"), *self.cols[0])
-        right = universes[1].select(pl.col("id").cast(pl.Int64).alias("b"), *[pl.col(c).alias(f"r{c}") for c in self.cols[1]])
-        full = (
-            changes.join(left, on="a", how="left", maintain_order="left")
-            .join(right, on="b", how="left", maintain_order="left")
-            .join(self.ranks, on=_P, how="left", maintain_order="left")
-        )
+        # a universe's row ``id`` is its index: gather the sides' values (a pad's other side: null)
+        index = changes.select(pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in ("a", "b"))
+        left = universes[0].select(pl.col(self.cols[0]).gather(index["a"]))
+        right = universes[1].select(pl.col(c).gather(index["b"]).alias(f"r{c}") for c in self.cols[1])
+        full = self._with_positions(changes.hstack(left).hstack(right))
         names = self.kernel.out_schema.names
         row_cols = [pl.col(c).alias(f"$o{j}") for j, c in enumerate([*self.cols[0], *(f"r{c}" for c in self.cols[1])])]
         table = full.select(*row_cols, KIND, WEIGHT, *self.pos).to_arrow()
@@ -522,7 +522,7 @@ class _Run:
         )  # fmt: skip
         if new.height == 0:
             return None
-        return new.join(self.ranks, on=_P, how="left", maintain_order="left").drop(_P)
+        return self._with_positions(new)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -541,11 +541,18 @@ def _pad_pos(frame: pl.DataFrame, pos: list[str]) -> pl.DataFrame:
     return frame.with_columns(*missing).with_columns(pl.col(p).cast(pl.Int64) for p in pos)
 
 
-def _position_ranks(frames: list[pl.DataFrame], pos: list[str]) -> pl.DataFrame:
-    """Every position the call sees, in order (nulls first: a shorter position sorts first),
-    numbered: ``$p`` compares as the positions do."""
-    allpos = pl.concat([f.select(pos) for f in frames]).unique()
-    return allpos.sort(pos, nulls_last=False).with_row_index(_P).with_columns(pl.col(_P).cast(pl.Int64))
+def _position_ranks(frames: list[pl.DataFrame], pos: list[str]) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    """Each frame with its position columns replaced by ``$p``, a rank that compares as the
+    positions do (field by field, nulls first: a shorter position sorts first); and the
+    positions by rank (row ``$p`` of the second frame is that rank's position)."""
+    allpos = pl.concat([f.select(pos) for f in frames])
+    ranks = allpos.select((pl.struct(pos).rank("dense") - 1).cast(pl.Int64).alias(_P)).to_series()
+    ranked, offset = [], 0
+    for f in frames:
+        ranked.append(f.drop(pos).with_columns(ranks.slice(offset, f.height)))
+        offset += f.height
+    by_rank = allpos.with_columns(ranks).unique(_P).sort(_P).drop(_P)
+    return ranked, by_rank
 
 
 def _side_frame(batch: ChangeBatch, schema: pa.Schema) -> pl.DataFrame:
