@@ -14,7 +14,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidemark.engine import state_codec
@@ -65,6 +65,11 @@ class Host:
 # ---------------------------------------------------------------------- literal cases
 
 
+@pytest.fixture(autouse=True)
+def kernel_on(monkeypatch):
+    monkeypatch.setenv(KERNEL_ENV, "1")
+
+
 def test_the_kernel_is_what_the_stage_runs_and_its_state_is_typed():
     stage = join("inner")
     assert isinstance(batch_stage(stage), JoinKernel)
@@ -72,9 +77,10 @@ def test_the_kernel_is_what_the_stage_runs_and_its_state_is_typed():
     assert isinstance(batch_stage(Join("inner", (1,), (0,), 2, 2)), PerKeyAdapter)  # no schemas: per key
 
 
-def test_kernel_switched_off_by_env(monkeypatch):
-    monkeypatch.setenv(KERNEL_ENV, "0")
+def test_kernel_off_unless_asked_for(monkeypatch):
+    monkeypatch.delenv(KERNEL_ENV)
     assert isinstance(batch_stage(join("inner")), PerKeyAdapter)
+    assert state_codec.format_of(join("inner")) == state_codec.FORMAT_PICKLED
 
 
 def test_update_moves_a_row_between_keys():
@@ -203,7 +209,7 @@ def _batches(rows) -> st.SearchStrategy[list]:
     return st.lists(st.tuples(*side), min_size=1, max_size=5)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     kind=st.sampled_from(("inner", "left", "right", "full")),
     wide=st.booleans(),

@@ -78,9 +78,9 @@ class JoinState:
     def __init__(self, sides: Sequence[pl.DataFrame | None] = (None, None)) -> None:
         self.sides = list(sides)
 
-    def rows(self, side: int) -> int:
-        frame = self.sides[side]
-        return 0 if frame is None else frame.height
+    def next_wakeup(self) -> int | None:
+        """A join has no timers (hosts ask every bucket, as of a ``Bucket``)."""
+        return None
 
 
 class JoinKernel:
