@@ -14,7 +14,6 @@ Run:  .venv/bin/python tests/bench/bench_join_kernel.py [--changes 60000] [--rep
 
 from __future__ import annotations
 
-import argparse
 import copy
 import random
 import statistics
@@ -22,6 +21,8 @@ import time
 from collections import Counter
 
 import pyarrow as pa
+
+from kernel_bench import parse_args
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
@@ -64,11 +65,7 @@ def timed(runner, state, batches: list[ChangeBatch]) -> tuple[float, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--changes", type=int, default=60_000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=7)
-    args = ap.parse_args()
+    args = parse_args(__doc__)
     (warm_l, warm_r), (left, right) = workload(args.changes, args.seed)
     stage = Join("inner", (0,), (0,), 2, 2, input_schemas=(SUMS, PRODUCTS))
     kernel, per_key = JoinKernel(stage, (SUMS, PRODUCTS)), PerKeyAdapter(stage)

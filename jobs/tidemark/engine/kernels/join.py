@@ -191,7 +191,7 @@ class _Run:
     def execute(self) -> tuple[ChangeBatch, JoinState, int]:
         universes = [self._universe(side) for side in (0, 1)]
         universes = self._with_key_groups(universes)
-        lost = sum(int(u.select(_lost()).item()) for u in universes)
+        lost = sum(int(u["$lost"].sum()) for u in universes)
         universes = self._number_steps(universes)
         pairs = self._pairs(universes)
         universes = [self._with_m0(universes, pairs, side) for side in (0, 1)]
@@ -203,7 +203,8 @@ class _Run:
             if self.stage.outer[side]:
                 emissions.append(self._partner_pads(m_moves[side], side))
                 emissions.append(self._self_pads(universes[side], m_moves[side], side))
-        out = self._output(pl.concat([e for e in emissions if e.height], how="vertical_relaxed") if any(e.height for e in emissions) else None, universes)
+        emitted = [e for e in emissions if e.height]
+        out = self._output(pl.concat(emitted, how="vertical_relaxed") if emitted else None, universes)
         new_state = JoinState([self._new_side(universes[side], m_moves[side], side) for side in (0, 1)])
         return out, new_state, lost
 
@@ -526,10 +527,6 @@ class _Run:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _lost() -> pl.Expr:
-    return pl.col("$lost").sum()
 
 
 def _pos_of(frame: pl.DataFrame) -> list[str]:
