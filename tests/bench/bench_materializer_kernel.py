@@ -12,12 +12,13 @@ Run:  .venv/bin/python tests/bench/bench_materializer_kernel.py [--changes 60000
 
 from __future__ import annotations
 
-import argparse
 import copy
 import random
 import statistics
 import time
 from collections import Counter
+
+from kernel_bench import parse_args
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
@@ -58,11 +59,7 @@ def timed(runner, warm_bucket: Bucket, batch: ChangeBatch) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--changes", type=int, default=60_000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=7)
-    args = ap.parse_args()
+    args = parse_args(__doc__)
     warm, changes = workload(args.changes, args.seed)
     table = ChangeBatch.from_changes(changes).table()
     print(f"{len(changes)} changes, medians of {args.repeats}")

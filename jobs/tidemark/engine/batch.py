@@ -94,6 +94,12 @@ class ChangeBatch:
 
     # ------------------------------------------------------------------ the two forms
 
+    @property
+    def is_columnar(self) -> bool:
+        """Whether the batch holds its Arrow table already (a reader that wants columns can
+        then skip building them from ``Change`` tuples with types of its own)."""
+        return self._table is not None
+
     def __len__(self) -> int:
         """Changes in the batch: one per unit of weight."""
         if self._changes is not None:

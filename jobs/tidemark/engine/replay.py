@@ -34,7 +34,7 @@ from typing import Any
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change, canonical_sorted
-from tidemark.engine.driver import BatchStage, Bucket, batch_stage
+from tidemark.engine.driver import BatchStage, batch_stage
 from tidemark.engine.errors import InputError
 from tidemark.engine.event_time import Watermarks
 from tidemark.engine.pipeline import Pipeline
@@ -100,9 +100,9 @@ class ReplayHost:
 
     @property
     def state(self) -> dict[int, dict[tuple, Any]]:
-        """node id -> key -> that key's state (``(key, state)`` for stages with timers), for
-        the stages that keep state per key (a typed-state kernel keeps one value per bucket)."""
-        return {node_id: b.states for node_id, b in self._buckets.items() if isinstance(b, Bucket)}
+        """node id -> key -> that key's state (``(key, state)`` for stages with timers); a
+        stage with typed state (``state_codec``) maps to its bucket's state object."""
+        return {node_id: getattr(b, "states", b) for node_id, b in self._buckets.items()}
 
     @property
     def timers(self) -> dict[int, dict[tuple, int]]:

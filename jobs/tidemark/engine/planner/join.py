@@ -3,6 +3,8 @@ between a regular and a delta join."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlglot import exp
 
 from tidemark.engine import limits
@@ -15,6 +17,10 @@ from tidemark.engine.planner.node import Key, Node
 from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
 from tidemark.engine.planner.scope import Scope
 from tidemark.engine.sql import describe, position_of, sql_error
+from tidemark.engine.types import SqlType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class JoinPlanner(PlanGraph):
@@ -76,16 +82,17 @@ class JoinPlanner(PlanGraph):
         from tidemark.engine.stages.join import Join
 
         name = self._stage_name("join")
+        names = unique_names(scope.names)
+        types = scope.types
         stage = Join(
             join_type, tuple(lkeys), tuple(rkeys), left.width, right.width,
             residual=RowPredicate(res_expr) if res_expr is not None else None, name=name,
+            input_schemas=_input_schemas(names, left.types, right.types),
         )  # fmt: skip
         keys = join_keys(
             join_type, left.upsert_keys, right.upsert_keys, Key(lkeys), Key(rkeys), left.width
         )
         appendish = left.changelog_mode == "append" and right.changelog_mode == "append" and join_type == "inner"
-        names = unique_names(scope.names)
-        types = scope.types
         node = self._add(
             "join", name, [left_id, right_id], names, types,
             upsert_keys=keys, changelog_mode="append" if appendish else "retract", stage=stage,
@@ -190,3 +197,19 @@ class JoinPlanner(PlanGraph):
                 n.changelog_mode = "upsert"
                 n = self.node(n.inputs[0])
         return feeding
+
+
+def _input_schemas(names: list[str], left: list[SqlType | None], right: list[SqlType | None]) -> tuple[pa.Schema, pa.Schema] | None:
+    """Each side's columns as Arrow types, named as the join's output names them (unique), for
+    the join's batch kernel; None when a column's type is unknown (the join then runs per key)."""
+    if any(t is None for t in (*left, *right)):
+        return None
+    import pyarrow as pa  # here: a plan without a join does not load it
+
+    from tidemark.engine.arrow_types import arrow_type
+
+    try:
+        fields = [pa.field(n, arrow_type(t)) for n, t in zip(names, (*left, *right))]
+    except ValueError:
+        return None
+    return pa.schema(fields[: len(left)]), pa.schema(fields[len(left):])

@@ -38,17 +38,27 @@ retraction) / ``+U X`` (position of its last add).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, order_key, sorted_by_order, zset_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 JOIN_TYPES = ("inner", "left", "right", "full")
 
 # per side: row -> [count, pos of latest add, matching rows on the other side]
 CNT, POS, MATCHES = 0, 1, 2
+
+#: "1" runs the join as its batch kernel (``tidemark.engine.kernels.join``) when its input
+#: schemas are known; otherwise it runs per key. Off by default until the Spark host runs
+#: typed-state kernels (its ``_BucketRunner`` hands every bucket to the per-key adapter).
+KERNEL_ENV = "TIDEMARK_JOIN_KERNEL"
 
 
 class Join:
@@ -63,7 +73,10 @@ class Join:
         right_width: int,
         residual: Callable[[tuple], bool] | None = None,
         name: str = "join",
+        input_schemas: tuple[pa.Schema, pa.Schema] | None = None,
     ):
+        """``input_schemas``: each side's columns as Arrow types (the planner's), which the
+        batch kernel needs; without them the stage runs per key."""
         if join_type not in JOIN_TYPES:
             raise PlanError(f"unsupported join type {join_type!r}; supported: {', '.join(JOIN_TYPES)}")
         if len(left_key) != len(right_key) or not left_key:
@@ -74,6 +87,18 @@ class Join:
         self.residual = residual
         self.outer = (join_type in ("left", "full"), join_type in ("right", "full"))
         self.name = name
+        self.input_schemas = input_schemas
+
+    def batch_kernel(self) -> Any:
+        """The batch kernel (``tidemark.engine.kernels.join``) when the input schemas are
+        known and ``TIDEMARK_JOIN_KERNEL`` is ``1``; else the per-key adapter."""
+        from tidemark.engine.driver import PerKeyAdapter
+
+        if self.input_schemas is None or os.environ.get(KERNEL_ENV, "0") != "1":
+            return PerKeyAdapter(self)
+        from tidemark.engine.kernels.join import JoinKernel
+
+        return JoinKernel(self, self.input_schemas)
 
     def key_of(self, change: Change, input_index: int) -> tuple:
         return tuple(change.row[i] for i in self.keys[input_index])
