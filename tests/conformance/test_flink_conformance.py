@@ -92,6 +92,7 @@ ALIGNED = {
     "nothing-retracted-dropped-copy-keeps-shown-row",
     "nothing-retracted-shown-copy-equal-copy-active",
     "dedup-upsert-insert-delete-in-batch-no-refresh",
+    "distinct-upsert-unread-column-update-dropped",
 }
 
 

@@ -31,6 +31,7 @@ class Planner(SelectPlanner, JoinPlanner, AggregatePlanner, SinkPlanner):
             )
         body = self.insert(ins)
         self.finish(ins, body)
+        self.compare_read_columns()
         for n in self.nodes:
             n.detail.pop("composable", None)
         return self.nodes
