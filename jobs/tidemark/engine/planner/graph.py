@@ -108,7 +108,6 @@ class PlanGraph:
                     read |= referenced_columns(e)
             if len(read) < n.width:
                 n.stage.compared = tuple(sorted(read))
-                n.detail["compared"] = [n.columns[i] for i in sorted(read)]
 
     # ------------------------------------------------------------------ calc
 
