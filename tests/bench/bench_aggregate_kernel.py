@@ -13,12 +13,11 @@ Run:  .venv/bin/python tests/bench/bench_aggregate_kernel.py [--changes 60000] [
 from __future__ import annotations
 
 import argparse
-import copy
 import random
 import statistics
-import time
 from collections import Counter
 
+from bench_materializer_kernel import timed  # sibling script: run from this directory's path
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
@@ -38,19 +37,10 @@ def workload(n_changes: int, seed: int) -> tuple[list[Change], list[Change]]:
     return warm, batch
 
 
-def timed(runner, warm_bucket: Bucket, batch: ChangeBatch) -> float:
-    bucket = copy.deepcopy(warm_bucket)
-    ctx = BatchContext(now_ms=1, metrics=Counter())
-    t0 = time.perf_counter()
-    runner.process_batch([batch], bucket, ctx)
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--changes", type=int, default=60_000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=7)
+    for flag, default in (("--changes", 60_000), ("--repeats", 5), ("--seed", 7)):
+        ap.add_argument(flag, type=int, default=default)
     args = ap.parse_args()
     warm, changes = workload(args.changes, args.seed)
     stage = GroupAggregate((0,), [AggCall("SUM", 1)], input_types=[make_type("BIGINT"), make_type("BIGINT")])
@@ -61,11 +51,8 @@ def main() -> None:
     print(f"{'input':<8} {'per-key s':>10} {'kernel s':>10} {'speedup':>8}")
     forms = (("changes", lambda: ChangeBatch(changes=changes)), ("arrow", lambda: ChangeBatch.from_table(table)))
     for form, make in forms:
-        t_kernel, t_per_key = [], []
-        for _ in range(args.repeats):
-            t_per_key.append(timed(per_key, warm_bucket, make()))
-            t_kernel.append(timed(kernel, warm_bucket, make()))
-        pk_s, k_s = statistics.median(t_per_key), statistics.median(t_kernel)
+        runs = [(timed(per_key, warm_bucket, make()), timed(kernel, warm_bucket, make())) for _ in range(args.repeats)]
+        pk_s, k_s = (statistics.median(r[side] for r in runs) for side in (0, 1))
         print(f"{form:<8} {pk_s:>10.3f} {k_s:>10.3f} {pk_s / k_s:>7.2f}x")
 
 
