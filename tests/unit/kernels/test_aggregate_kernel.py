@@ -205,3 +205,18 @@ def test_typed_state_names_its_kind_and_round_trips():
     assert str(table.schema.field("values2").type) == "list<item: decimal128(10, 2)>"
     back = kernel.state_from_table(table)
     assert {k: s._output(k, v) for k, v in back.states.items()} == {(1, "a"): (1, "a", "a", 2, Decimal("1.10"), 1)}
+
+
+def test_typed_state_keeps_a_hosts_group_ids():
+    # the Spark host's per-key adapter keys a bucket by the encoded key bytes it shuffled on
+    s = stage("totals")
+    adapter = PerKeyAdapter(s)
+    changes = [c("+I", *row(1, "a", 2), pos=1), c("+I", *row(2, "b", 3), pos=2)]
+    batch = ChangeBatch(changes=changes, groups=[b"k1", b"k2"])
+    bucket, _ = adapter.process_batch([batch], Bucket(), BatchContext())
+    back = state_codec.decode_state(s, state_codec.encode_state(s, bucket))
+    assert {g: st.rows for g, st in back.states.items()} == {b"k1": 1, b"k2": 1}
+    more = ChangeBatch(changes=[c("+I", *row(1, "c", 5), pos=3)], groups=[b"k1"])
+    _, out = adapter.process_batch([more], back, BatchContext())
+    assert [(x.kind, x.row) for x in out.changes()] == [
+        ("-U", (1, 2, 1, 1, 2, None, None, None)), ("+U", (1, 7, 2, 2, 3, None, None, None))]

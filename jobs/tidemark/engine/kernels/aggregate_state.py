@@ -9,6 +9,10 @@ positions of its active instances. Values keep the input column's Arrow type (fr
 planner, ``GroupAggregate.input_schema``); a stage built without one lets Arrow infer them.
 Caches (the current extreme, the latest LAST_VALUE) are not stored: they are rebuilt from
 the stored values.
+
+A host that keys groups by its own ids (the Spark host's per-key adapter keys them by the
+encoded key bytes it shuffled on) gets those ids back: they are stored as one binary
+``group`` column instead of the key columns.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ def to_table(stage: GroupAggregate, states: dict[tuple, GroupState]) -> pa.Table
         return None
     keys, groups = list(states), list(states.values())
     columns: dict[str, pa.Array] = {}
-    for j, col in enumerate(stage.group_by):
+    if isinstance(keys[0], bytes):
+        columns["group"] = pa.array(keys, pa.binary())
+    for j, col in enumerate(stage.group_by if not isinstance(keys[0], bytes) else ()):
         columns[f"key{j}"] = pa.array([k[j] for k in keys], _type(stage, col))
     columns["rows"] = pa.array([g.rows for g in groups], pa.int64())
     for i, call in enumerate(stage.aggs):
@@ -69,7 +75,10 @@ def to_table(stage: GroupAggregate, states: dict[tuple, GroupState]) -> pa.Table
 def from_table(stage: GroupAggregate, table: pa.Table) -> dict[tuple, GroupState]:
     """The inverse of ``to_table``."""
     col = {name: python_values(table.column(name)) for name in table.column_names}
-    keys = list(zip(*(col[f"key{j}"] for j in range(len(stage.group_by))))) or [()] * table.num_rows
+    if "group" in col:
+        keys = col["group"]
+    else:
+        keys = list(zip(*(col[f"key{j}"] for j in range(len(stage.group_by))))) or [()] * table.num_rows
     states: dict[tuple, GroupState] = {}
     for r, key in enumerate(keys):
         st = GroupState(stage.aggs)
