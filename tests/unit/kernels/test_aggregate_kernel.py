@@ -35,11 +35,13 @@ G, S, I, D, F = range(5)
 TOTALS = [AggCall("SUM", I), AggCall("COUNT_STAR"), AggCall("COUNT", S), AggCall("AVG", I), AggCall("SUM", D),
           AggCall("SUM", F), AggCall("AVG", F)]
 EXTREMES = [AggCall("MIN", S), AggCall("MAX", I), AggCall("MIN", D), AggCall("COUNT_STAR")]
-PER_GROUP = [AggCall("COUNT", S, distinct=True), AggCall("SUM", I, distinct=True), AggCall("LAST_VALUE", I)]
+DISTINCT = [AggCall("COUNT", S, distinct=True), AggCall("SUM", I, distinct=True), AggCall("AVG", F, distinct=True),
+            AggCall("SUM", D, distinct=True), AggCall("COUNT_STAR")]
 STAGES = {
     "totals": ((G,), TOTALS),
     "extremes": ((G, S), EXTREMES),
-    "distinct-and-last-value": ((G,), PER_GROUP),
+    "distinct": ((G,), DISTINCT),
+    "last-value": ((G,), [AggCall("LAST_VALUE", I), AggCall("LAST_VALUE", S)]),
     "decimal-avg": ((G,), [AggCall("AVG", D), AggCall("COUNT_STAR")]),
     "select-distinct": ((G, S), []),
     "global": ((), [AggCall("SUM", I), AggCall("COUNT_STAR")]),

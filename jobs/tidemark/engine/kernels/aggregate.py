@@ -3,7 +3,8 @@ update per touched group from its net deltas.
 
 What is columnar (polars over the batch's Arrow table in the canonical order): grouping by
 the group-by columns, each group's net deltas (row count, SUM/AVG totals and non-null
-counts, COUNT counts, the values MIN/MAX add), and the refresh replay
+counts, COUNT counts, the values MIN/MAX add, each DISTINCT value's multiplicity), and the
+refresh replay
 (``GroupAggregate._changing_steps``) as prefix sums: the output after each record of a group
 is a function of running totals from the group's old state, so "the first and the last
 record that changed the output" is a window computation, not a loop over records.
@@ -14,8 +15,8 @@ choosing the changes to emit with the stage's rules.
 
 Which groups take the stage's own ``process_key`` instead (their records in hand):
 
-- every group, when a call is ``LAST_VALUE`` or ``DISTINCT`` SUM/COUNT/AVG: their state after
-  each record depends on which value instances are active, kept per value, not as totals;
+- every group, when a call is ``LAST_VALUE``: which value is the latest after each record
+  depends on the positions of every active instance of every value;
 - a group that empties inside the batch before its last record (the group is cleared and
   re-created mid-batch: Flink's refresh of a re-created group needs that record order);
 - a group with a retraction and a MIN or MAX call (retracting the extreme needs the multiset
@@ -78,7 +79,7 @@ class AggregateKernel:
         self.stage = stage
         self.name = stage.name
         self.n_inputs = stage.n_inputs
-        self._columnar = not any(c.func == "LAST_VALUE" or uses_distinct(c) for c in stage.aggs)
+        self._columnar = not any(c.func == "LAST_VALUE" for c in stage.aggs)
 
     # ------------------------------------------------------------------ typed state
 
@@ -187,7 +188,8 @@ class AggregateKernel:
         step = pl.int_range(pl.len()).over(**over)
         rows_k = pl.col("$orows") + w.cum_sum().over(**over)
         df = df.with_columns(step.alias(_STEP), rows_k.alias(_ROWS))
-        df = df.join(self._net_retractions(df, rows), on=_G, how="left")
+        net = df.group_by([_G, *rows]).agg(pl.col(WEIGHT).sum().alias("$net"))
+        df = self._distinct_steps(df.join(self._net_retractions(net, rows), on=_G, how="left"), net, rows, gids, olds)
         # no record finds the group empty and retracts (the per-key path skips it)
         simple = pl.col(_ROWS) >= 0
         values = []
@@ -223,15 +225,20 @@ class AggregateKernel:
             both = [pl.col(_c("ov", i)), cum]
             value = pl.max_horizontal(both) if call.func == "MAX" else pl.min_horizontal(both)
             return value, (w > 0).all().over(**over)
-        c = pl.when(arg.is_not_null()).then(w).otherwise(0)
+        if uses_distinct(call):  # a value counts once: its 0 -> 1 and 1 -> 0 moves (``_distinct_steps``)
+            c = pl.col(_c("dc", i))
+            never_clamps = pl.col(_c("dok", i))
+        else:
+            c = pl.when(arg.is_not_null()).then(w).otherwise(0)
+            # the per-key path feeds each row's net weight in arrival order, clamping at 0:
+            # no order may take the count below 0
+            never_clamps = pl.col(_c("on", i)) + pl.col(_c("neg", i)) >= 0
         n_k = pl.col(_c("on", i)) + c.cum_sum().over(**over)
-        # the per-key path feeds each row's net weight in arrival order, clamping at 0: no
-        # order may take the count below 0; nor may the replay in the canonical order
-        never_clamps = (pl.col(_c("on", i)) + pl.col(_c("neg", i)) >= 0) & (n_k >= 0)
+        never_clamps = never_clamps & (n_k >= 0)  # nor may the replay in the canonical order
         emptied = pl.col(_ROWS) == 0  # the per-key replay re-creates the group's state after it
         if call.func == "COUNT":
             return n_k, never_clamps & (~emptied | (n_k == 0))
-        t_k = pl.col(_c("ot", i)).fill_null(0) + (arg * w).fill_null(0).cum_sum().over(**over)
+        t_k = pl.col(_c("ot", i)).fill_null(0) + (arg * c).fill_null(0).cum_sum().over(**over)
         # a count at 0 resets its total (``SumAcc``): the running total must be 0 there too
         never_clamps = never_clamps & ((n_k != 0) | (t_k == 0)) & (~emptied | (n_k == 0))
         if call.func == "SUM":
@@ -241,23 +248,51 @@ class AggregateKernel:
             return pl.when(n_k > 0).then(pl.when(t_k >= 0).then(q).otherwise(-q)), never_clamps
         return pl.when(n_k > 0).then(t_k / n_k), never_clamps
 
-    def _net_retractions(self, df: pl.DataFrame, rows: list[str]) -> pl.DataFrame:
+    def _net_retractions(self, net: pl.DataFrame, rows: list[str]) -> pl.DataFrame:
         """Per group: for each SUM/AVG/COUNT call, the sum of the negative net weights of the
         distinct rows with a value (what the per-key path's feed could retract first)."""
-        net = df.group_by([_G, *rows]).agg(pl.col(WEIGHT).sum().alias("$net"))
         negs = [pl.lit(0).alias("$none")]
         for i, call in enumerate(self.stage.aggs):
-            if call.func in ("SUM", "AVG", "COUNT") and not call.counts_rows:
+            if call.func in ("SUM", "AVG", "COUNT") and not call.counts_rows and not uses_distinct(call):
                 counted = (pl.col("$net") < 0) & pl.col(rows[call.arg]).is_not_null()
                 negs.append(pl.when(counted).then(pl.col("$net")).otherwise(0).sum().alias(_c("neg", i)))
         return net.group_by(_G).agg(negs)
+
+    def _distinct_steps(
+        self, df: pl.DataFrame, net: pl.DataFrame, rows: list[str], gids: list[int], olds: list[GroupState | None]
+    ) -> pl.DataFrame:
+        """For each DISTINCT call: per change, how it moves the call's count of distinct
+        values (``$dc``: +1 when its value's multiplicity goes 0 -> 1, -1 for 1 -> 0), from the
+        multiplicities in the group's old state; and whether no multiplicity can drop below
+        0 in any order (``$dok``: the per-key path clamps it)."""
+        at = {g: n for n, g in enumerate(gids)}
+        w = pl.col(WEIGHT)
+        for i, call in enumerate(self.stage.aggs):
+            if not uses_distinct(call):
+                continue
+            arg = rows[call.arg]
+            pairs = df.select(_G, arg).filter(pl.col(arg).is_not_null()).unique()
+            seen = [olds[at[g]].distinct[i] if olds[at[g]] is not None else None for g in pairs[_G].to_list()]
+            old_n = [s.get(v, 0) if s is not None else 0 for s, v in zip(seen, pairs[arg].to_list())]
+            negs = net.filter(pl.col("$net") < 0).group_by(_G, arg).agg(pl.col("$net").sum().alias("$nneg"))
+            pairs = pairs.with_columns(pl.Series("$seen", old_n, dtype=pl.Int64)).join(negs, on=[_G, arg], how="left")
+            df = df.join(pairs, on=[_G, arg], how="left", nulls_equal=False)
+            after = pl.col("$seen") + w.cum_sum().over([_G, arg])
+            before = after - w
+            moves = pl.when((before == 0) & (after > 0)).then(1).when((before > 0) & (after == 0)).then(-1)
+            valued = pl.col(arg).is_not_null()
+            ok = ~valued | ((after >= 0) & (pl.col("$seen") + pl.col("$nneg").fill_null(0) >= 0))
+            df = df.with_columns(
+                pl.when(valued).then(moves.otherwise(0)).otherwise(0).alias(_c("dc", i)), ok.alias(_c("dok", i))
+            ).drop("$seen", "$nneg")
+        return df
 
     def _delta_exprs(self, rows: list[str]) -> list[pl.Expr]:
         """Per group: each SUM/AVG call's total and non-null count delta, each COUNT's."""
         out = []
         w = pl.col(WEIGHT)
         for i, call in enumerate(self.stage.aggs):
-            if call.counts_rows or call.func in ("MIN", "MAX"):
+            if call.counts_rows or call.func in ("MIN", "MAX") or uses_distinct(call):
                 continue
             arg = pl.col(rows[call.arg])
             out.append(pl.when(arg.is_not_null()).then(w).otherwise(0).sum().alias(_c("dn", i)))
@@ -266,11 +301,12 @@ class AggregateKernel:
         return out
 
     def _added_values(self, steps: pl.DataFrame, rows: list[str]) -> dict[int, list[tuple[int, int, int]]]:
-        """Per group id: (call, a change holding the value, count) for each value a MIN/MAX
-        call adds (the value is taken from the change: the per-key path's Python value)."""
+        """Per group id: (call, a change holding the value, net weight) for each value of a
+        MIN/MAX or DISTINCT call the batch adds or retracts (the value is taken from the
+        change: the per-key path's Python value)."""
         out: dict[int, list[tuple[int, int, int]]] = {}
         for i, call in enumerate(self.stage.aggs):
-            if call.func not in ("MIN", "MAX"):
+            if call.func not in ("MIN", "MAX") and not uses_distinct(call):
                 continue
             arg = rows[call.arg]
             added = (
@@ -310,6 +346,8 @@ class AggregateKernel:
             acc = st.accs[i]
             if call.counts_rows:
                 acc.update(None, g["$drows"])
+            elif uses_distinct(call):
+                continue  # fed value by value below
             elif call.func in ("SUM", "AVG"):
                 dn = g[_c("dn", i)]
                 if dn or g[_c("dt", i)]:
@@ -320,7 +358,18 @@ class AggregateKernel:
             elif call.func == "COUNT":
                 acc.update(None, g[_c("dn", i)])
         for i, at, n in added:
-            st.accs[i].update(changes[at].row[stage.aggs[i].arg], n)
+            value = changes[at].row[stage.aggs[i].arg]
+            seen = st.distinct[i]
+            if seen is None:
+                st.accs[i].update(value, n)
+                continue
+            before = seen[value]
+            if before + n > 0:
+                seen[value] = before + n
+            else:
+                seen.pop(value, None)
+            if (before > 0) != (before + n > 0):
+                st.accs[i].update(value, 1 if before == 0 else -1)
         states[key] = st
         new = stage._output(key, st)
         if n_changes == 1:
