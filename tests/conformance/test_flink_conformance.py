@@ -92,6 +92,7 @@ ALIGNED = {
     "nothing-retracted-dropped-copy-keeps-shown-row",
     "nothing-retracted-shown-copy-equal-copy-active",
     "dedup-upsert-insert-delete-in-batch-no-refresh",
+    "distinct-upsert-unread-column-update-dropped",
 }
 
 
@@ -342,7 +343,8 @@ def test_stale_value_proof_needs_every_source_of_the_kept_row_retracted() -> Non
              for n, w in nothing.items()}
     assert fires == {"wcsm-nothing-stale-current-value": 2,
                      "nothing-retracted-dropped-copy-keeps-shown-row": None,
-                     "nothing-retracted-shown-copy-equal-copy-active": 3}
+                     "nothing-retracted-shown-copy-equal-copy-active": 3,
+                     "distinct-upsert-unread-column-update-dropped": None}
     w = nothing["wcsm-nothing-stale-current-value"]
     at, why = wcsm_replay.prove_stale_current_value(w, w.expect["truth"], _canon)
     assert at is None and "differs from Flink after batch 2" in why

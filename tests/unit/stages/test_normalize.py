@@ -137,3 +137,37 @@ def test_row_back_to_its_value_passes_each_step_on(batch, expected):
     h.run([c("+I", 1, "a", pos=1)])
     assert h.run(list(reversed(batch))) == expected
     assert h.state == {(1,): (1, "a")}
+
+
+def test_upsert_changing_only_uncompared_columns_is_dropped():
+    # compared=(0, 1): column 2 is read by no consumer (Flink prunes it below its normalize)
+    h = Harness(Normalize(pk=(0,), width=3, compared=(0, 1)))
+    h.run([c("+I", 1, "a", 10, pos=1)])
+    assert h.run([c("+U", 1, "a", 11, pos=2)]) == []
+    assert h.run([c("+U", 1, "b", 12, pos=3)]) == [c("-U", 1, "a", 10, pos=3), c("+U", 1, "b", 12, pos=3)]
+    assert h.run([c("-D", 1, None, None, pos=4)]) == [c("-D", 1, "b", 12, pos=4)]
+
+
+def _normalize_of(sql: str) -> Normalize:
+    from tidemark.engine.pipeline import compile_sql
+
+    return next(n.stage for n in compile_sql(sql).nodes if n.kind == "normalize")
+
+
+_EVENTS = ("CREATE TABLE events (id BIGINT, category STRING, region STRING, v BIGINT, PRIMARY KEY (id) NOT ENFORCED) "
+           "WITH ('format' = 'upsert-json');")
+
+
+@pytest.mark.parametrize("query, compared", [
+    ("SELECT DISTINCT category, region FROM events", (0, 1, 2)),
+    ("SELECT category, COUNT(*) FROM events WHERE v > 1 GROUP BY category", (0, 1, 3)),
+    ("SELECT id, category, region, v FROM events", None),
+])
+def test_planner_compares_the_columns_consumers_read(query, compared):
+    sink = ("CREATE TABLE out_t (a STRING, b STRING, PRIMARY KEY (a) NOT ENFORCED) WITH ('format' = 'upsert-json');"
+            if "DISTINCT" in query else
+            "CREATE TABLE out_t (a STRING, n BIGINT, PRIMARY KEY (a) NOT ENFORCED) WITH ('format' = 'upsert-json');"
+            if "COUNT" in query else
+            "CREATE TABLE out_t (id BIGINT, c STRING, r STRING, v BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('format' = 'upsert-json');")
+    sql = f"{_EVENTS}\n{sink}\nINSERT INTO out_t {query} ON CONFLICT DO NOTHING;"
+    assert _normalize_of(sql).compared == compared

@@ -39,6 +39,7 @@ class Planner(
         body = self.insert(ins)
         self.check_ranks_bounded()
         self.finish(ins, body)
+        self.compare_read_columns()
         for n in self.nodes:
             n.detail.pop("composable", None)
         return self.nodes

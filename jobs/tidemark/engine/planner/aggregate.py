@@ -129,7 +129,7 @@ class AggregatePlanner(PlanGraph):
             "aggregate", name, [agg_input], unique_names(group_names + [f"$agg{i}" for i in range(len(agg_calls))]),
             [src.types[i] for i in group_by] + agg_types,
             upsert_keys=frozenset({Key(range(k))}), changelog_mode="retract",
-            stage=GroupAggregate(group_by, agg_calls, name=name),
+            stage=GroupAggregate(group_by, agg_calls, name=name, input_types=list(src.types)),
             detail={"group_by": group_names, "aggregates": agg_names},
         )  # fmt: skip
         return self.calc(node.id, post, having_pred, unique_names(names), purpose="select")
@@ -145,7 +145,7 @@ class AggregatePlanner(PlanGraph):
         node = self._add(
             "aggregate", name, [input_id], src.columns, src.types,
             upsert_keys=frozenset({Key(group_by)}), changelog_mode="retract",
-            stage=GroupAggregate(group_by, [], name=name),
+            stage=GroupAggregate(group_by, [], name=name, input_types=list(src.types)),
             detail={"group_by": list(src.columns), "aggregates": []},
         )  # fmt: skip
         return node.id

@@ -11,7 +11,7 @@ from sqlglot import exp
 from tidemark.engine import limits, options
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.errors import PlanError
-from tidemark.engine.expressions import check_supported, col_index, col_ref, infer_type
+from tidemark.engine.expressions import check_supported, col_index, col_ref, infer_type, referenced_columns
 from tidemark.engine.planner.keys import project_keys
 from tidemark.engine.planner.node import Key, Node
 from tidemark.engine.planner.rewrite import conjoin, substitute
@@ -94,6 +94,23 @@ class PlanGraph:
         self._sources[table.name] = out.id
         self.used_tables[table.name] = table
         return out.id
+
+    def compare_read_columns(self) -> None:
+        """Tell each normalize which columns its consumers read when all of them are calcs
+        (``Normalize.compared``): an upsert changing only other columns is then dropped, as
+        it is below Flink's ``ChangelogNormalize``, where those columns are pruned."""
+        for n in self.nodes:
+            if n.kind != "normalize":
+                continue
+            consumers = [c for c in self.nodes if n.id in c.inputs]
+            if not consumers or any(c.kind != "calc" or c.stage.projections is None for c in consumers):
+                continue
+            read = set(n.stage.pk)
+            for c in consumers:
+                for e in [*c.stage.projections, *([c.stage.predicate] if c.stage.predicate is not None else [])]:
+                    read |= referenced_columns(e)
+            if len(read) < n.width:
+                n.stage.compared = tuple(sorted(read))
 
     # ------------------------------------------------------------------ calc
 

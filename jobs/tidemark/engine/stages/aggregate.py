@@ -41,15 +41,21 @@ Semantics worth knowing:
 from __future__ import annotations
 
 import copy
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, canonical_sorted, diff_to_changes
+from tidemark.engine.driver import PerKeyAdapter
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
+from tidemark.engine.types import SqlType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FUNCS = ("SUM", "COUNT", "COUNT_STAR", "MIN", "MAX", "AVG", "LAST_VALUE")
 
@@ -198,10 +204,10 @@ class GroupState:
         self.rows = 0
         self.accs = [_new_acc(a) for a in aggs]
         # value multiplicities for DISTINCT calls, indexed like accs (None when not distinct)
-        self.distinct = [Counter() if _uses_distinct(a) else None for a in aggs]
+        self.distinct = [Counter() if uses_distinct(a) else None for a in aggs]
 
 
-def _uses_distinct(a: AggCall) -> bool:
+def uses_distinct(a: AggCall) -> bool:
     return a.distinct and a.func in ("SUM", "COUNT", "AVG") and not a.counts_rows
 
 
@@ -220,10 +226,45 @@ class GroupAggregate:
 
     n_inputs = 1
 
-    def __init__(self, group_by: tuple[int, ...], aggs: list[AggCall], name: str = "aggregate"):
+    def __init__(
+        self,
+        group_by: tuple[int, ...],
+        aggs: list[AggCall],
+        name: str = "aggregate",
+        input_types: list[SqlType | None] | None = None,
+    ):
         self.group_by = tuple(group_by)
         self.aggs = list(aggs)
         self.name = name
+        # the input columns' SQL types (from the planner): what the batch kernel types its
+        # batches and its stored state by (``input_schema``)
+        self.input_types = input_types
+
+    @property
+    def input_schema(self) -> pa.Schema | None:
+        """The input as Arrow columns with positional names; None when a type is unknown
+        (Arrow then infers types from the values). Built on use: the per-key path never
+        loads pyarrow."""
+        types = self.input_types
+        if types is None or None in types:
+            return None
+        import pyarrow as pa
+
+        from tidemark.engine.arrow_types import arrow_type
+
+        try:
+            return pa.schema([(f"c{i}", arrow_type(t)) for i, t in enumerate(types)])
+        except ValueError:  # a type with no Arrow form
+            return None
+
+    def batch_kernel(self) -> Any:
+        """The stage under the batch contract (``driver.batch_stage``): the aggregate kernel
+        when ``TIDEMARK_AGGREGATE_KERNEL=1``, else the per-key path."""
+        if os.environ.get("TIDEMARK_AGGREGATE_KERNEL", "0") != "1":
+            return PerKeyAdapter(self)
+        from tidemark.engine.kernels.aggregate import AggregateKernel
+
+        return AggregateKernel(self)
 
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return tuple(change.row[i] for i in self.group_by)

@@ -8,6 +8,15 @@ unchanged (an upsert identical to the current row is dropped, as Flink does with
 off). ``-U`` records carry no information in upsert mode (Flink ignores them too) and are
 dropped.
 
+Which columns "unchanged" compares: ``compared`` (set by the planner) when every consumer
+reads only some columns. Flink prunes the columns no operator reads below its
+``ChangelogNormalize`` (its plan shows ``Calc(select=[id, category, region])`` under it for
+``SELECT DISTINCT category, region`` over a table that also has ``v``), so an upsert that
+changes only an unread column is identical there and dropped: downstream sees no ``-U``/``+U``
+pair, and an aggregate's group is not emptied and re-created by it (conformance:
+``distinct-upsert-unread-column-update-dropped``). The dropped record's unread values are
+then not in the state; no consumer reads them.
+
 Why every record and not the net change per key per batch: Flink's ``ChangelogNormalize``
 works record by record, so a key that passes through a row value inside one batch (inserted
 and deleted, updated into another group and out again) shows that visit downstream. An
@@ -64,13 +73,22 @@ class Normalize:
     state_kind = "normalize-last-row"
     state_version = 1
 
-    def __init__(self, pk: tuple[int, ...], width: int, name: str = "normalize", columns: RowType | None = None):
+    def __init__(
+        self,
+        pk: tuple[int, ...],
+        width: int,
+        name: str = "normalize",
+        columns: RowType | None = None,
+        compared: tuple[int, ...] | None = None,
+    ):
         """``columns``: the table's column names and types, which type the stored state
         (None: Arrow infers them from the values)."""
         self.pk = tuple(pk)
         self.width = width
         self.name = name
         self.columns = tuple(columns) if columns is not None else None
+        # columns an upsert must change to count as a change (module docstring); None: all
+        self.compared = tuple(compared) if compared is not None else None
 
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return self.key_of_row(change.row)
@@ -116,7 +134,7 @@ class Normalize:
                 raise ValueError(
                     f"{self.name}: row {nxt!r} has {len(nxt)} columns, expected {self.width}"
                 )
-            if nxt == cur:
+            if nxt == cur or (cur is not None and self.compared is not None and self._same(nxt, cur)):
                 continue
             if cur is None:
                 out.append(Change(INSERT, nxt, r.pos))
@@ -129,3 +147,6 @@ class Normalize:
             # usually means lost state (TTL) or a topic compacted before we started.
             ctx.metrics["retractions_without_state"] += 1
         return cur, out
+
+    def _same(self, row: tuple, other: tuple) -> bool:
+        return all(row[i] == other[i] for i in self.compared)

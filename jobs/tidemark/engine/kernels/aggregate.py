@@ -1,0 +1,417 @@
+"""The group aggregate under the batch contract: one polars pass per batch, then one state
+update per touched group from its net deltas.
+
+What is columnar (polars over the batch's Arrow table in the canonical order): grouping by
+the group-by columns, each group's net deltas (row count, SUM/AVG totals and non-null
+counts, COUNT counts, the values MIN/MAX add, each DISTINCT value's multiplicity), and the
+refresh replay
+(``GroupAggregate._changing_steps``) as prefix sums: the output after each record of a group
+is a function of running totals from the group's old state, so "the first and the last
+record that changed the output" is a window computation, not a loop over records.
+
+What stays per group, in Python: adding the deltas to the group's ``GroupState`` (the
+stage's own accumulators, so the output values are the per-key path's by construction) and
+choosing the changes to emit with the stage's rules.
+
+Which groups take the stage's own ``process_key`` instead (their records in hand):
+
+- every group, when a call is ``LAST_VALUE``: which value is the latest after each record
+  depends on the positions of every active instance of every value;
+- a group that empties inside the batch before its last record (the group is cleared and
+  re-created mid-batch: Flink's refresh of a re-created group needs that record order);
+- a group with a retraction and a MIN or MAX call (retracting the extreme needs the multiset
+  at that record);
+- a group where a count could drop below zero in some order (a retraction of a row that was
+  never added): the per-key path clamps it record by record;
+- a group whose AVG is over DECIMAL and that has several records (Python's ``Decimal``
+  division rounds to 28 digits: two averages are compared as the per-key path computes them).
+
+Batches whose values Arrow cannot type as one column per field run wholly per group too.
+
+Two known differences from the per-key path, both outside valid changelogs or exact
+arithmetic: a retraction of a value that was never added, while the group's counts stay
+positive, makes both paths' totals meaningless in different ways (the per-key path resets a
+total whose count reaches 0 in arrival order); and DOUBLE/FLOAT totals are summed in another
+order (the per-key path's order is the batch's arrival order, itself not canonical), so they
+may differ in the last bits.
+
+State is the per-key path's ``Bucket`` of ``GroupState`` keyed by the group's key tuple
+(never by a host's group id, so the same state works whichever host calls), stored as typed
+Arrow (``aggregate_state``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from tidemark.engine.batch import WEIGHT, ChangeBatch
+from tidemark.engine.batch_columns import sorted_table
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, diff_to_changes
+from tidemark.engine.driver import Bucket
+from tidemark.engine.kernels import aggregate_state
+from tidemark.engine.kernels.materializer import _NOT_TABULAR
+from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.aggregate import GroupAggregate, GroupState, uses_distinct
+
+_I = "$i"  # a change's index in the batch's change list
+_G = "$g"  # the group's first arrival index: a group id that orders groups as the adapter does
+_STEP = "$step"  # a change's rank within its group, in the canonical order
+_ROWS = "$rows"  # the group's row count after the change
+_CHANGED = "$changed"  # the change changed the group's output (the refresh replay)
+_SIMPLE = "$simple"  # the group's batch is computed from its deltas (module docstring)
+
+
+def _c(name: str, i: int) -> str:
+    return f"${name}{i}"
+
+
+class AggregateKernel:
+    """``process_batch`` for a ``GroupAggregate`` (module docstring), with typed state."""
+
+    state_kind = aggregate_state.STATE_KIND
+    state_version = aggregate_state.STATE_VERSION
+
+    def __init__(self, stage: GroupAggregate) -> None:
+        self.stage = stage
+        self.name = stage.name
+        self.n_inputs = stage.n_inputs
+        self._columnar = not any(c.func == "LAST_VALUE" for c in stage.aggs)
+
+    # ------------------------------------------------------------------ typed state
+
+    def empty_state(self) -> Bucket:
+        return Bucket()
+
+    def state_to_table(self, state: Bucket) -> pa.Table | None:
+        return aggregate_state.to_table(self.stage, state.states)
+
+    def state_from_table(self, table: pa.Table) -> Bucket:
+        return Bucket(aggregate_state.from_table(self.stage, table))
+
+    # ------------------------------------------------------------------ the batch
+
+    def process_batch(
+        self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
+    ) -> tuple[Bucket, ChangeBatch]:
+        changes = inputs[0].changes()
+        if not changes:
+            return state, ChangeBatch(changes=[])
+        if not self._columnar:
+            return state, ChangeBatch(changes=self._per_group(_groups_of(self.stage, changes), changes, state, ctx))
+        try:
+            table = ChangeBatch.from_changes(changes, self.stage.input_schema).table()
+            table = table.append_column(_I, pa.array(range(len(changes)), pa.int64()))
+            emitted = self._columnar_batch(table, changes, state, ctx)
+        except _NOT_TABULAR:
+            emitted = self._per_group(_groups_of(self.stage, changes), changes, state, ctx)
+        return state, ChangeBatch(changes=emitted)
+
+    def _per_group(
+        self, groups: dict[tuple, list[int]], changes: list[Change], state: Bucket, ctx: BatchContext
+    ) -> list[Change]:
+        """The stage's own ``process_key`` for each group (its change indexes in arrival
+        order, as the per-key adapter passes them), in arrival order of the groups."""
+        states, emitted = state.states, []
+        for key, idx in groups.items():
+            new_state, out = self.stage.process_key(key, [[changes[i] for i in idx]], states.get(key), ctx)
+            _store(states, key, new_state)
+            emitted.extend(out)
+        return emitted
+
+    def _columnar_batch(
+        self, table: pa.Table, changes: list[Change], state: Bucket, ctx: BatchContext
+    ) -> list[Change]:
+        stage, states = self.stage, state.states
+        rows = [c for c in table.column_names if not c.startswith("$")]
+        key_cols = [rows[j] for j in stage.group_by]
+        first = pl.col(_I).min().over(key_cols) if key_cols else pl.col(_I).min()
+        df = pl.from_arrow(sorted_table(table)).with_columns(first.alias(_G))
+        firsts = df.group_by(_G).agg(pl.len().alias("$n")).sort(_G)
+        gids, counts = firsts[_G].to_list(), firsts["$n"].to_list()
+        keys = [tuple(changes[g].row[j] for j in stage.group_by) for g in gids]
+        olds = [states.get(k) for k in keys]
+        steps = self._steps(df, rows, gids, olds)
+        per_group = steps.group_by(_G).agg(
+            pl.col(_SIMPLE).all(),
+            pl.col(_I).filter(pl.col(_CHANGED)).first().alias("$first"),
+            pl.col(_I).filter(pl.col(_CHANGED)).last().alias("$last"),
+            pl.col(_I).last().alias("$max"),
+            pl.col(WEIGHT).sum().alias("$drows"),
+            *self._delta_exprs(rows),
+        ).sort(_G)
+        values = self._added_values(steps, rows)
+        slow = dict(
+            steps.filter(~pl.col(_SIMPLE)).group_by(_G, maintain_order=True).agg(pl.col(_I)).iter_rows()
+        )
+        emitted: list[Change] = []
+        for n_changes, key, old_state, g in zip(counts, keys, olds, per_group.iter_rows(named=True)):
+            if g[_G] in slow:
+                emitted.extend(self._per_group({key: sorted(slow[g[_G]])}, changes, state, ctx))
+            else:
+                emitted.extend(self._apply(key, old_state, g, values.get(g[_G], ()), n_changes, changes, states))
+        return emitted
+
+    # ------------------------------------------------------------------ the replay as prefix sums
+
+    def _steps(self, df: pl.DataFrame, rows: list[str], gids: list[int], olds: list[GroupState | None]) -> pl.DataFrame:
+        """Per change (canonical order within each group): the group's output after it,
+        whether it changed the output, and whether the group stays on the columnar path."""
+        stage = self.stage
+        old = {_G: gids, "$orows": [s.rows if s is not None else 0 for s in olds]}
+        old_out = [stage._output((), s) if s is not None else None for s in olds]
+        dtypes: dict[str, pl.DataType] = {}
+        for i, call in enumerate(stage.aggs):
+            arg_type = df[rows[call.arg]].dtype if call.arg is not None else pl.Int64
+            if call.func in ("SUM", "AVG"):
+                old[_c("ot", i)] = [s.accs[i].total if s is not None and s.accs[i].n > 0 else None for s in olds]
+                old[_c("on", i)] = [s.accs[i].n if s is not None else 0 for s in olds]
+                dtypes[_c("ot", i)] = arg_type
+            elif call.func in ("COUNT", "COUNT_STAR"):
+                old[_c("on", i)] = [s.accs[i].n if s is not None else 0 for s in olds]
+            if _decimal_avg(call, arg_type):  # not compared: such groups of several changes go per group
+                continue
+            old[_c("ov", i)] = [o[i] if o is not None else None for o in old_out]
+            if call.func in ("MIN", "MAX", "SUM"):
+                dtypes[_c("ov", i)] = arg_type
+            elif call.func == "AVG":
+                dtypes[_c("ov", i)] = pl.Int64 if arg_type.is_integer() else pl.Float64
+        frame = pl.DataFrame(
+            {name: pl.Series(name, vals, dtype=dtypes.get(name), strict=False) for name, vals in old.items()}
+        )
+        df = _ranked_extremes(df.join(frame, on=_G, how="left"), rows, stage.aggs)
+        w = pl.col(WEIGHT)
+        over = dict(partition_by=_G)
+        step = pl.int_range(pl.len()).over(**over)
+        rows_k = pl.col("$orows") + w.cum_sum().over(**over)
+        df = df.with_columns(step.alias(_STEP), rows_k.alias(_ROWS))
+        net = df.group_by([_G, *rows]).agg(pl.col(WEIGHT).sum().alias("$net"))
+        df = self._distinct_steps(df.join(self._net_retractions(net, rows), on=_G, how="left"), net, rows, gids, olds)
+        # no record finds the group empty and retracts (the per-key path skips it)
+        simple = pl.col(_ROWS) >= 0
+        values = []
+        for i, call in enumerate(stage.aggs):
+            if _decimal_avg(call, df[rows[call.arg]].dtype if call.arg is not None else None):
+                simple = simple & (pl.len().over(**over) == 1)
+                continue
+            value, ok = self._step_value(df, rows, i, call)
+            simple = simple & ok
+            values.append((i, value.alias(_c("val", i))))
+        df = df.with_columns(simple.alias(_SIMPLE), *(v for _, v in values))
+        first = pl.col(_STEP) == 0
+        before = pl.col(_ROWS).shift(1).over(**over) > 0
+        changed = (pl.col(_ROWS) > 0) != pl.when(first).then(pl.col("$orows") > 0).otherwise(before)
+        for i, _ in values:
+            value = pl.col(_c("val", i))
+            prev = pl.when(first).then(pl.col(_c("ov", i))).otherwise(value.shift(1).over(**over))
+            changed = changed | value.ne_missing(prev)
+        return df.with_columns(pl.col(_SIMPLE).all().over(**over), changed.alias(_CHANGED))
+
+    def _step_value(self, df: pl.DataFrame, rows: list[str], i: int, call: Any) -> tuple[pl.Expr, pl.Expr]:
+        """(the call's output after each change, whether the group's counts for it can
+        never clamp) as expressions over the joined steps frame."""
+        over = dict(partition_by=_G)
+        w = pl.col(WEIGHT)
+        if call.func == "COUNT_STAR" or call.counts_rows:
+            return pl.col(_ROWS), pl.lit(True)
+        arg = pl.col(rows[call.arg])
+        if call.func in ("MIN", "MAX"):
+            if _c("rank", i) in df.columns:  # compared by rank (``_ranked_extremes``)
+                arg = pl.col(_c("rank", i))
+            cum = (arg.cum_max() if call.func == "MAX" else arg.cum_min()).forward_fill().over(**over)
+            both = [pl.col(_c("ov", i)), cum]
+            value = pl.max_horizontal(both) if call.func == "MAX" else pl.min_horizontal(both)
+            return value, (w > 0).all().over(**over)
+        if uses_distinct(call):  # a value counts once: its 0 -> 1 and 1 -> 0 moves (``_distinct_steps``)
+            c = pl.col(_c("dc", i))
+            never_clamps = pl.col(_c("dok", i))
+        else:
+            c = pl.when(arg.is_not_null()).then(w).otherwise(0)
+            # the per-key path feeds each row's net weight in arrival order, clamping at 0:
+            # no order may take the count below 0
+            never_clamps = pl.col(_c("on", i)) + pl.col(_c("neg", i)) >= 0
+        n_k = pl.col(_c("on", i)) + c.cum_sum().over(**over)
+        never_clamps = never_clamps & (n_k >= 0)  # nor may the replay in the canonical order
+        emptied = pl.col(_ROWS) == 0  # the per-key replay re-creates the group's state after it
+        if call.func == "COUNT":
+            return n_k, never_clamps & (~emptied | (n_k == 0))
+        t_k = pl.col(_c("ot", i)).fill_null(0) + (arg * c).fill_null(0).cum_sum().over(**over)
+        # a count at 0 resets its total (``SumAcc``): the running total must be 0 there too
+        never_clamps = never_clamps & ((n_k != 0) | (t_k == 0)) & (~emptied | (n_k == 0))
+        if call.func == "SUM":
+            return pl.when(n_k > 0).then(t_k), never_clamps
+        if df[rows[call.arg]].dtype.is_integer():  # Java's long division truncates toward zero
+            q = t_k.abs() // n_k
+            return pl.when(n_k > 0).then(pl.when(t_k >= 0).then(q).otherwise(-q)), never_clamps
+        return pl.when(n_k > 0).then(t_k / n_k), never_clamps
+
+    def _net_retractions(self, net: pl.DataFrame, rows: list[str]) -> pl.DataFrame:
+        """Per group: for each SUM/AVG/COUNT call, the sum of the negative net weights of the
+        distinct rows with a value (what the per-key path's feed could retract first)."""
+        negs = [pl.lit(0).alias("$none")]
+        for i, call in enumerate(self.stage.aggs):
+            if call.func in ("SUM", "AVG", "COUNT") and not call.counts_rows and not uses_distinct(call):
+                counted = (pl.col("$net") < 0) & pl.col(rows[call.arg]).is_not_null()
+                negs.append(pl.when(counted).then(pl.col("$net")).otherwise(0).sum().alias(_c("neg", i)))
+        return net.group_by(_G).agg(negs)
+
+    def _distinct_steps(
+        self, df: pl.DataFrame, net: pl.DataFrame, rows: list[str], gids: list[int], olds: list[GroupState | None]
+    ) -> pl.DataFrame:
+        """For each DISTINCT call: per change, how it moves the call's count of distinct
+        values (``$dc``: +1 when its value's multiplicity goes 0 -> 1, -1 for 1 -> 0), from the
+        multiplicities in the group's old state; and whether no multiplicity can drop below
+        0 in any order (``$dok``: the per-key path clamps it)."""
+        at = {g: n for n, g in enumerate(gids)}
+        w = pl.col(WEIGHT)
+        for i, call in enumerate(self.stage.aggs):
+            if not uses_distinct(call):
+                continue
+            arg = rows[call.arg]
+            pairs = df.select(_G, arg).filter(pl.col(arg).is_not_null()).unique()
+            seen = [olds[at[g]].distinct[i] if olds[at[g]] is not None else None for g in pairs[_G].to_list()]
+            old_n = [s.get(v, 0) if s is not None else 0 for s, v in zip(seen, pairs[arg].to_list())]
+            negs = net.filter(pl.col("$net") < 0).group_by(_G, arg).agg(pl.col("$net").sum().alias("$nneg"))
+            pairs = pairs.with_columns(pl.Series("$seen", old_n, dtype=pl.Int64)).join(negs, on=[_G, arg], how="left")
+            df = df.join(pairs, on=[_G, arg], how="left", nulls_equal=False)
+            after = pl.col("$seen") + w.cum_sum().over([_G, arg])
+            before = after - w
+            moves = pl.when((before == 0) & (after > 0)).then(1).when((before > 0) & (after == 0)).then(-1)
+            valued = pl.col(arg).is_not_null()
+            ok = ~valued | ((after >= 0) & (pl.col("$seen") + pl.col("$nneg").fill_null(0) >= 0))
+            df = df.with_columns(
+                pl.when(valued).then(moves.otherwise(0)).otherwise(0).alias(_c("dc", i)), ok.alias(_c("dok", i))
+            ).drop("$seen", "$nneg")
+        return df
+
+    def _delta_exprs(self, rows: list[str]) -> list[pl.Expr]:
+        """Per group: each SUM/AVG call's total and non-null count delta, each COUNT's."""
+        out = []
+        w = pl.col(WEIGHT)
+        for i, call in enumerate(self.stage.aggs):
+            if call.counts_rows or call.func in ("MIN", "MAX") or uses_distinct(call):
+                continue
+            arg = pl.col(rows[call.arg])
+            out.append(pl.when(arg.is_not_null()).then(w).otherwise(0).sum().alias(_c("dn", i)))
+            if call.func in ("SUM", "AVG"):
+                out.append((arg * w).sum().alias(_c("dt", i)))
+        return out
+
+    def _added_values(self, steps: pl.DataFrame, rows: list[str]) -> dict[int, list[tuple[int, int, int]]]:
+        """Per group id: (call, a change holding the value, net weight) for each value of a
+        MIN/MAX or DISTINCT call the batch adds or retracts (the value is taken from the
+        change: the per-key path's Python value)."""
+        out: dict[int, list[tuple[int, int, int]]] = {}
+        for i, call in enumerate(self.stage.aggs):
+            if call.func not in ("MIN", "MAX") and not uses_distinct(call):
+                continue
+            arg = rows[call.arg]
+            added = (
+                steps.filter(pl.col(arg).is_not_null() & pl.col(_SIMPLE))
+                .group_by(_G, arg, maintain_order=True)
+                .agg(pl.col(_I).first(), pl.col(WEIGHT).sum())
+                .select(_G, _I, WEIGHT)
+            )
+            for g, at, n in added.iter_rows():
+                out.setdefault(g, []).append((i, at, n))
+        return out
+
+    # ------------------------------------------------------------------ one group's state and output
+
+    def _apply(
+        self,
+        key: tuple,
+        st: GroupState | None,
+        g: dict[str, Any],
+        added: Sequence[tuple[int, int, int]],
+        n_changes: int,
+        changes: list[Change],
+        states: dict,
+    ) -> list[Change]:
+        """A group on the columnar path: its deltas into its state, and the changes the
+        stage's rules emit (``GroupAggregate.process_key``)."""
+        stage = self.stage
+        old = stage._output(key, st) if st is not None else None
+        pos = changes[g["$max"]].pos
+        if st is None:
+            st = GroupState(stage.aggs)
+        st.rows += g["$drows"]
+        if st.rows == 0:
+            states.pop(key, None)
+            return diff_to_changes(old, None, pos)
+        for i, call in enumerate(stage.aggs):
+            acc = st.accs[i]
+            if call.counts_rows:
+                acc.update(None, g["$drows"])
+            elif uses_distinct(call):
+                continue  # fed value by value below
+            elif call.func in ("SUM", "AVG"):
+                dn = g[_c("dn", i)]
+                if dn or g[_c("dt", i)]:
+                    acc.total += g[_c("dt", i)] or 0
+                    acc.n += dn
+                    if acc.n <= 0:
+                        acc.total, acc.n = 0, 0
+            elif call.func == "COUNT":
+                acc.update(None, g[_c("dn", i)])
+        for i, at, n in added:
+            value = changes[at].row[stage.aggs[i].arg]
+            seen = st.distinct[i]
+            if seen is None:
+                st.accs[i].update(value, n)
+                continue
+            before = seen[value]
+            if before + n > 0:
+                seen[value] = before + n
+            else:
+                seen.pop(value, None)
+            if (before > 0) != (before + n > 0):
+                st.accs[i].update(value, 1 if before == 0 else -1)
+        states[key] = st
+        new = stage._output(key, st)
+        if n_changes == 1:
+            return diff_to_changes(old, new, pos)
+        first, last = g["$first"], g["$last"]
+        if new == old:
+            if last is None:
+                return []
+            return [Change(UPDATE_BEFORE, old, changes[first].pos), Change(UPDATE_AFTER, old, changes[last].pos)]
+        return diff_to_changes(old, new, changes[last].pos if last is not None else pos)
+
+
+def _ranked_extremes(df: pl.DataFrame, rows: list[str], aggs: Sequence[Any]) -> pl.DataFrame:
+    """Polars has no running min/max of strings: a MIN/MAX call over strings is compared by
+    each value's rank among the batch's and the old extremes' values (``$rank``, and the old
+    extreme's ``$ov`` replaced by its rank)."""
+    for i, call in enumerate(aggs):
+        if call.func not in ("MIN", "MAX") or df[rows[call.arg]].dtype != pl.String:
+            continue
+        ordered = pl.concat([df[rows[call.arg]], df[_c("ov", i)]]).drop_nulls().unique().sort()
+        ranks = pl.Series(range(len(ordered)), dtype=pl.Int64)
+        df = df.with_columns(
+            pl.col(rows[call.arg]).replace_strict(ordered, ranks, default=None).alias(_c("rank", i)),
+            pl.col(_c("ov", i)).replace_strict(ordered, ranks, default=None).alias(_c("ov", i)),
+        )
+    return df
+
+
+def _decimal_avg(call: Any, dtype: pl.DataType | None) -> bool:
+    return call.func == "AVG" and isinstance(dtype, pl.Decimal)
+
+
+def _groups_of(stage: GroupAggregate, changes: list[Change]) -> dict[tuple, list[int]]:
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(changes):
+        groups.setdefault(stage.key_of(c), []).append(i)
+    return groups
+
+
+def _store(states: dict, key: tuple, new_state: GroupState | None) -> None:
+    if new_state is None:
+        states.pop(key, None)
+    else:
+        states[key] = new_state
+
