@@ -130,6 +130,9 @@ class ReplayHost:
                 bucket, out = self._stages[node.id].process_batch(batches, self._buckets[node.id], ctx)
                 self._buckets[node.id] = bucket
                 outputs[node.id] = out.changes()
+            elif hasattr(node.stage, "process_batch"):  # a calc: vectorized over the whole batch
+                batch = ChangeBatch.from_changes(outputs[node.inputs[0]], schema=node.stage.input_schema())
+                outputs[node.id] = node.stage.process_batch(batch).changes()
             else:
                 outputs[node.id] = node.stage.process(outputs[node.inputs[0]])
         apply_to_table(self._table, sink_changes, self._sink_pk, ctx.metrics)
