@@ -131,6 +131,23 @@ def _sql_div(a: Any, b: Any) -> Any:
     return a / b
 
 
+def _sql_substring(s: Any, start: Any, *length: Any) -> Any:
+    """SUBSTRING(s, start[, length]), 1-based: a negative start counts from the end (from
+    the first character when it reaches past it), 0 gives ''; a negative length gives '';
+    NULL when any argument is."""
+    if s is None or start is None or (length and length[0] is None):
+        return None
+    if start == 0 or (length and length[0] < 0):
+        return ""
+    begin = start - 1 if start > 0 else max(len(s) + start, 0)
+    return s[begin : begin + length[0]] if length else s[begin:]
+
+
+@null_if_any
+def _sql_neg(a: Any) -> Any:
+    return -a
+
+
 @null_if_any
 def _sql_add(a: Any, b: Any) -> Any:
     a, b = _promote(a, b)
@@ -253,6 +270,8 @@ RUNTIME_ENV: dict[str, Any] = {
     "ADD": _sql_add,
     "SUB": _sql_sub,
     "MUL": _sql_mul,
+    "TM_NEG": _sql_neg,
+    "TM_SUBSTRING": _sql_substring,
     "Decimal": Decimal,
     "ROUND": _sql_round,
     "TM_FLOOR": functools.partial(_sql_to_integral, rounding=ROUND_FLOOR),
@@ -404,6 +423,8 @@ class _RowGenerator(PythonGenerator):
         exp.TryCast: _cast_py,
         exp.Div: lambda self, e: f"DIV({self.sql(e.this)}, {self.sql(e.expression)})",
         exp.Case: _case_py,
+        exp.Neg: _call("TM_NEG", "this"),
+        exp.Substring: lambda self, e: f"TM_SUBSTRING({', '.join(self.sql(e.args[a]) for a in ('this', 'start', 'length') if e.args.get(a) is not None)})",
     }
 
 

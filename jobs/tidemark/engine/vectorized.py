@@ -98,6 +98,11 @@ def input_column(i: int) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
+def _negate(x: pl.Expr) -> pl.Expr:
+    """``-x`` of an Int128 (polars has no negation for it)."""
+    return pl.lit(0, _I128) - x
+
+
 def _ten(n: int) -> pl.Expr:
     return pl.lit(10**n, _I128)
 
@@ -114,12 +119,15 @@ def _rescale(unscaled: pl.Expr, frm: int, to: int) -> pl.Expr:
         return unscaled * _ten(to - frm) if to > frm else unscaled
     q = 10 ** (frm - to)
     mag = (unscaled.abs() + pl.lit(q // 2, _I128)) // pl.lit(q, _I128)
-    return pl.when(unscaled < 0).then(-mag).otherwise(mag)
+    return pl.when(unscaled < 0).then(_negate(mag)).otherwise(mag)
 
 
-def _to_float(v: Typed) -> pl.Expr:
+def to_float(v: Typed) -> pl.Expr:
+    """As the reference's ``float(value)``: a DECIMAL through its text, so the DOUBLE is
+    the nearest to the exact value (dividing the unscaled integer rounds twice)."""
     if v.kind == "dec":
-        return v.expr.cast(pl.Float64) / float(10 ** scale_of(v.type))
+        s = scale_of(v.type)
+        return decimal_column(v.expr, s, _dec_type(s)).cast(pl.String).cast(pl.Float64)
     return v.expr.cast(pl.Float64)
 
 
@@ -175,9 +183,12 @@ class Compiler:
         if method is None:
             return self._per_value(node)
         try:
-            return method(node)
+            out = method(node)
         except NotVectorized:
             return self._per_value(node)
+        if node.args.get("negate"):  # ``NOT LIKE``, ``NOT BETWEEN``, ... as sqlglot parses them
+            return Typed(~out.expr, out.type)
+        return out
 
     # -- constants and columns
 
@@ -225,7 +236,8 @@ class Compiler:
     def _per_value(self, node: exp.Expr) -> Typed:
         t = _result_type(node, self.input_types)
         if t is None or kind_of(t) == "null":
-            raise NotVectorized(f"{node.sql_name() if isinstance(node, exp.Func) else node.key.upper()}", node)
+            what = _CONSTRUCTS.get(type(node)) or (node.sql_name() if isinstance(node, exp.Func) else node.key.upper())
+            raise NotVectorized(f"{what} (of a type the planner cannot tell)", node)
         pv = PerValue(f"pv{len(self.per_value)}", node, sorted(referenced_columns(node)), t, compile_row_fn(node))
         self.per_value.append(pv)
         col = pl.col(pv.column)
@@ -245,12 +257,12 @@ class Compiler:
             return Typed(pl.lit(None, dtype=_dtype(other.type)), other.type if other.kind != "null" else _NULL)
         zero = b.expr == 0
         if "float" in kinds:
-            x, y = _to_float(a), _to_float(b)
+            x, y = to_float(a), to_float(b)
             if op == "/":
                 return Typed(pl.when(zero).then(None).otherwise(x / y), _DOUBLE)
             if op == "%":
                 out = pl.struct(x.alias("x"), y.alias("y")).map_batches(_fmod, return_dtype=pl.Float64)
-                return Typed(pl.when(zero).then(None).otherwise(out), _DOUBLE)
+                return Typed(_null_if_any([a, b], pl.when(zero).then(None).otherwise(out)), _DOUBLE)
             return Typed({"+": x + y, "-": x - y, "*": x * y}[op], _DOUBLE)
         if kinds == {"int"} and op != "/":
             x, y = _as_int128(a), _as_int128(b)
@@ -259,17 +271,19 @@ class Compiler:
                 return Typed(pl.when(zero).then(None).otherwise(_trunc_mod(x, y)), t)
             return Typed({"+": x + y, "-": x - y, "*": x * y}[op], t)
         if kinds == {"int"}:  # true division of integers is a DOUBLE
-            return Typed(pl.when(zero).then(None).otherwise(_to_float(a) / _to_float(b)), _DOUBLE)
+            quotient = pl.struct(a.expr.cast(_I128).alias("x"), b.expr.cast(_I128).alias("y")).map_batches(
+                _int_true_div, return_dtype=pl.Float64
+            )
+            return Typed(_null_if_any([a, b], pl.when(zero).then(None).otherwise(quotient)), _DOUBLE)
         sa, sb = scale_of(a.type), scale_of(b.type)
         if op == "*":
             return Typed(_as_int128(a) * _as_int128(b), _dec_type(sa + sb))
         if op == "/":
             s = max(6, sa, sb)
             # a/b at scale s: (a * 10^(s + sb - sa)) / b, rounded half away from zero
-            num = _as_int128(a) * _ten(s + sb - sa + 1)
-            q = num // _as_int128(b).abs()
-            q = pl.when(q < 0).then(-((-q + 5) // 10)).otherwise((q + 5) // 10)
-            signed = pl.when(_as_int128(b) < 0).then(-q).otherwise(q)
+            x, y = _as_int128(a), _as_int128(b)
+            q = ((x.abs() * _ten(s + sb - sa + 1)) // y.abs() + 5) // 10
+            signed = pl.when((x < 0) != (y < 0)).then(_negate(q)).otherwise(q)
             return Typed(pl.when(zero).then(None).otherwise(signed), _dec_type(s))
         s = max(sa, sb)
         x, y = _as_dec(a, s), _as_dec(b, s)
@@ -297,15 +311,23 @@ class Compiler:
         if v.kind == "float":
             return Typed(-v.expr, v.type)
         if v.kind in ("int", "dec"):
-            return Typed(-_as_int128(v), v.type)
+            return Typed(_negate(_as_int128(v)), v.type)
         raise NotVectorized("unary -", node)
 
     # -- comparison and logic
 
     def _compare(self, node: exp.Expr, op: str) -> Typed:
         a, b = self.compile(node.this), self.compile(node.expression)
-        x, y = _comparable(a, b, node)
+        if {a.kind, b.kind} == {"int", "float"}:
+            # Python compares an int and a float exactly; a DOUBLE cannot hold every BIGINT
+            x, y = _three_way(a, b) if a.kind == "int" else (-_three_way(b, a)), pl.lit(0)
+        else:
+            x, y = _comparable(a, b, node)
         out = {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
+        if {a.kind, b.kind} == {"int", "float"}:
+            f = b.expr if a.kind == "int" else a.expr
+            out = pl.when(f.is_nan()).then(pl.lit(op == "<>")).otherwise(out)
+            out = _null_if_any([a, b], out)
         return Typed(out, _BOOLEAN)
 
     def _eq(self, node: exp.EQ) -> Typed:
@@ -489,7 +511,7 @@ class Compiler:
         v = self.compile(node.this)
         if v.kind not in ("int", "dec", "float"):
             raise NotVectorized("SQRT", node)
-        x = _to_float(v)
+        x = to_float(v)
         return Typed(pl.when(x >= 0).then(x.sqrt()).otherwise(pl.when(x.is_null()).then(None).otherwise(float("nan"))), _DOUBLE)
 
     # -- strings
@@ -565,7 +587,7 @@ class Compiler:
             if not (isinstance(length_node, exp.Literal) and int(length_node.this) >= 0):
                 raise NotVectorized("SUBSTRING with a computed length", node)
             out = s.str.slice(begin, length)
-        args = [start] + ([self._int_arg(length_node)] if length_node is not None else [])
+        args = [s, start] + ([self._int_arg(length_node)] if length_node is not None else [])
         out = pl.when(start == 0).then(pl.lit("")).otherwise(out)
         for a in args:
             out = pl.when(a.is_null()).then(None).otherwise(out)
@@ -646,10 +668,10 @@ class Compiler:
         if target == "int" and v.kind in ("int", "dec"):
             q = _ten(scale_of(v.type))
             x = _as_int128(v)
-            trunc = pl.when(x < 0).then(-((-x) // q)).otherwise(x // q) if scale_of(v.type) else x
+            trunc = pl.when(x < 0).then(_negate(_negate(x) // q)).otherwise(x // q) if scale_of(v.type) else x
             return Typed(trunc, t)
         if target == "float" and v.kind in ("int", "dec", "float"):
-            return Typed(_to_float(v), t)
+            return Typed(to_float(v), t)
         if target == "dec" and v.kind in ("int", "dec"):
             return Typed(_as_dec(v, t.params[1]) if t.params[1] >= scale_of(v.type) else _rescale(_as_int128(v), scale_of(v.type), t.params[1]), t)
         if target == "str" and v.kind in ("str", "int"):
@@ -704,6 +726,10 @@ _RESULT_TYPES: dict[type, SqlType] = {
 }  # fmt: skip
 
 
+#: how refusals name constructs that have no function name
+_CONSTRUCTS: dict[type, str] = {exp.Bracket: "element access on ARRAY and MAP values (a[i], m['k'])", exp.Dot: "field access (r.f)"}
+
+
 def _result_type(node: exp.Expr, input_types: Sequence[SqlType | None]) -> SqlType | None:
     from tidemark.engine.expressions import infer_type
 
@@ -716,6 +742,19 @@ def _dtype(t: SqlType) -> pl.DataType | None:
         "int": _I128, "float": pl.Float64, "dec": _I128, "str": pl.String, "bool": pl.Boolean,
         "date": pl.Date, "ts": pl.Datetime("us"),
     }.get(kind_of(t))  # fmt: skip
+
+
+def _int_true_div(s: pl.Series) -> pl.Series:
+    """``x / y`` of integers, correctly rounded as Python's: in floats where both are exact
+    DOUBLEs (|v| <= 2^53), by Python's int division for the rare rows where one is not."""
+    x, y = s.struct.field("x"), s.struct.field("y")
+    limit = 2**53
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = x.cast(pl.Float64).to_numpy() / y.cast(pl.Float64).to_numpy()
+    wide = (((x.abs() > limit) | (y.abs() > limit)) & (y != 0) & x.is_not_null() & y.is_not_null()).fill_null(False)
+    for i in wide.arg_true().to_list():
+        out[i] = x[i] / y[i]
+    return pl.Series(out)
 
 
 def _wider_int(a: SqlType, b: SqlType) -> SqlType:
@@ -735,6 +774,19 @@ def _fmod(s: pl.Series) -> pl.Series:
         return pl.Series(np.fmod(x, y))
 
 
+def _three_way(n: Typed, f: Typed) -> pl.Expr:
+    """-1, 0 or 1 as the integer ``n`` is below, equal to or above the finite or infinite
+    DOUBLE ``f``, exactly (``f``'s floor as an integer, then its fraction breaks the tie)."""
+    x = f.expr
+    big = x.abs() >= 2.0**64  # beyond every BIGINT: f's sign decides
+    floor = pl.when(big).then(0.0).otherwise(x.floor())
+    whole = floor.cast(_I128)
+    frac_above = (x - floor) > 0
+    ni = n.expr.cast(_I128)
+    near = pl.when(ni < whole).then(-1).when(ni > whole).then(1).when(frac_above).then(-1).otherwise(0)
+    return pl.when(big).then(pl.when(x > 0).then(-1).otherwise(1)).otherwise(near)
+
+
 def _comparable(a: Typed, b: Typed, node: exp.Expr) -> tuple[pl.Expr, pl.Expr]:
     """Both sides of a comparison in one representation (the reference compares Python
     values: numbers exactly across int, Decimal and float; other types only with their own)."""
@@ -745,7 +797,7 @@ def _comparable(a: Typed, b: Typed, node: exp.Expr) -> tuple[pl.Expr, pl.Expr]:
         s = max(scale_of(a.type), scale_of(b.type))
         return _as_dec(a, s), _as_dec(b, s)
     if {ka, kb} <= {"int", "float"}:
-        return _to_float(a), _to_float(b)
+        return to_float(a), to_float(b)
     if ka == kb and ka in ("str", "bool", "date", "ts"):
         return a.expr, b.expr
     raise NotVectorized(f"comparison of {a.type} and {b.type}", node)

@@ -9,6 +9,7 @@ expression's type otherwise.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -19,7 +20,7 @@ from sqlglot import exp
 
 from tidemark.engine.arrow_types import arrow_type, python_values
 from tidemark.engine.types import SqlType, make_type
-from tidemark.engine.vectorized import Compiler, PerValue, Typed, decimal_column, input_column, kind_of, scale_of
+from tidemark.engine.vectorized import Compiler, PerValue, Typed, decimal_column, input_column, kind_of, scale_of, to_float
 
 
 class CalcKernel:
@@ -63,9 +64,11 @@ class CalcKernel:
             names = row_names
         else:
             exprs = [_finish(v, t).alias(f"o{i}") for i, (v, t) in enumerate(zip(self._projections, self.output_types))]
-            out = frame.select(exprs).to_arrow() if exprs else pa.table({})
+            # selected beside the batch's own columns, so that a constant is one value per row
+            out = frame.select(*exprs, *meta_names).to_arrow()
             columns = [out.column(i).cast(_arrow(t)) for i, t in enumerate(self.output_types)]
             names = [f"_{i}" for i in range(len(columns))]
+            frame = frame.select(meta_names)
         meta = frame.select(meta_names).to_arrow()
         metas = [meta.column(n).cast(table.schema.field(n).type) for n in meta_names]
         return pa.Table.from_arrays([*columns, *metas], names=[*names, *meta_names])
@@ -109,7 +112,7 @@ def _finish(v: Typed, t: SqlType | None) -> pl.Expr:
     if k == "dec":
         return decimal_column(v.expr.cast(pl.Int128), scale_of(v.type), t)
     if v.kind == "dec" and k == "float":
-        return v.expr.cast(pl.Float64) / float(10 ** scale_of(v.type))
+        return to_float(v)
     if k == "int":
         return v.expr.cast(pl.from_arrow(pa.array([], arrow_type(t))).dtype, strict=True)
     return v.expr
@@ -135,16 +138,21 @@ def _evaluate_per_value(pv: PerValue, table: pa.Table, row_names: Sequence[str])
     cache: dict[tuple, Any] = {}
     values: list[Any] = []
     for n in range(table.num_rows):
-        key = tuple(columns[i][n] for i in pv.inputs)
+        key = tuple(_distinct(columns[i][n]) for i in pv.inputs)
         if key not in cache:
             row: list[Any] = [None] * width
-            for i, v in zip(pv.inputs, key):
-                row[i] = v
+            for i in pv.inputs:
+                row[i] = columns[i][n]
             cache[key] = _typed(pv.fn(tuple(row)), pv.type)
         values.append(cache[key])
     series = pl.from_arrow(pa.array(values, _arrow(pv.type)))
     assert isinstance(series, pl.Series)
     return series.alias(pv.column)
+
+
+def _distinct(value: Any) -> Any:
+    """A cache key telling apart values Python counts equal but SQL functions do not (-0.0, 0.0)."""
+    return (value, math.copysign(1.0, value)) if isinstance(value, float) else value
 
 
 def _typed(value: Any, t: SqlType) -> Any:

@@ -211,7 +211,11 @@ class SelectPlanner(PlanGraph):
             if isinstance(node, exp.Column):
                 if isinstance(node.this, exp.Star):
                     raise sql_error("* is only allowed as a whole select item", node)
-                return col_ref(scope.resolve(node))
+                ref = col_ref(scope.resolve(node))
+                where = node.find(exp.Identifier)
+                if where is not None and where.meta:  # errors found later still point at the column
+                    ref.this.meta.update(where.meta)
+                return ref
             return node
 
         return e.transform(sub, copy=True)
