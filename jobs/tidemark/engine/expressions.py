@@ -109,7 +109,9 @@ def _sql_mod(a: Any, b: Any) -> Any:
     a, b = _promote(a, b)
     if isinstance(a, int) and isinstance(b, int):
         return int(math.fmod(a, b)) if abs(a) < 2**52 and abs(b) < 2**52 else a - b * int(a / b)
-    return math.fmod(a, b) if not isinstance(a, Decimal) else a % b
+    if isinstance(a, Decimal):
+        return a % b
+    return math.fmod(a, b) if math.isfinite(a) else math.nan  # Java's % of an infinity: NaN
 
 
 def _promote(a: Any, b: Any) -> tuple[Any, Any]:
