@@ -145,6 +145,15 @@ def _sql_substring(s: Any, start: Any, *length: Any) -> Any:
     return s[begin : begin + length[0]] if length else s[begin:]
 
 
+def _sql_udf(name: str, path: str, *args: Any) -> Any:
+    """A UDF on one row: its arguments as one-value arrays (the reference path)."""
+    import pyarrow as pa
+
+    from tidemark.udf import call
+
+    return call(name, path, [pa.array([a]) for a in args], 1)[0].as_py()
+
+
 @null_if_any
 def _sql_neg(a: Any) -> Any:
     return -a
@@ -274,6 +283,7 @@ RUNTIME_ENV: dict[str, Any] = {
     "MUL": _sql_mul,
     "TM_NEG": _sql_neg,
     "TM_SUBSTRING": _sql_substring,
+    "TM_UDF": _sql_udf,
     "Decimal": Decimal,
     "ROUND": _sql_round,
     "TM_FLOOR": functools.partial(_sql_to_integral, rounding=ROUND_FLOOR),
@@ -323,6 +333,13 @@ class SplitIndex(exp.Expression, exp.Func):
 
     arg_types = {"this": True, "expression": True, "index": True}
     _sql_names = ["SPLIT_INDEX"]
+
+
+class UdfCall(exp.Expression, exp.Func):
+    """A call of a Python user-defined function (``tidemark.udf``): ``this`` its name as
+    written, ``path`` its ``module.function``, ``expressions`` the arguments."""
+
+    arg_types = {"this": True, "path": True, "expressions": False}
 
 
 class DateFormat(exp.Expression, exp.Func):
@@ -426,6 +443,7 @@ class _RowGenerator(PythonGenerator):
         exp.Div: lambda self, e: f"DIV({self.sql(e.this)}, {self.sql(e.expression)})",
         exp.Case: _case_py,
         exp.Neg: _call("TM_NEG", "this"),
+        UdfCall: lambda self, e: f"TM_UDF({', '.join([repr(e.name), repr(e.args['path'].this), *(self.sql(a) for a in e.expressions)])})",
         exp.Substring: lambda self, e: f"TM_SUBSTRING({', '.join(self.sql(e.args[a]) for a in ('this', 'start', 'length') if e.args.get(a) is not None)})",
     }
 
@@ -637,4 +655,8 @@ def infer_type(expr: exp.Expr, input_types: Sequence[SqlType | None]) -> SqlType
         return infer_type(default, input_types) if default is not None else None
     if isinstance(expr, exp.Length):
         return make_type("INT")
+    if isinstance(expr, UdfCall):
+        from tidemark.udf import load
+
+        return load(expr.args["path"].this)[1]
     return None

@@ -23,15 +23,17 @@ rows; ``per_value_constructs`` names them for ``explain`` and the docs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from sqlglot import exp
 
-from tidemark.engine.expressions import DateFormat, SplitIndex, col_index, compile_row_fn, referenced_columns
+from tidemark.engine.expressions import DateFormat, SplitIndex, UdfCall, col_index, compile_row_fn, referenced_columns
 from tidemark.engine.types import INTEGRAL, SqlType, make_type
 
 _I128 = pl.Int128
@@ -471,7 +473,7 @@ class Compiler:
         v = self.compile(node.this)
         if v.kind not in ("int", "dec", "float"):
             raise NotVectorized("ABS", node)
-        return Typed(v.expr.abs(), v.type)
+        return Typed(v.expr.abs() if v.kind == "float" else _as_int128(v).abs(), v.type)  # ABS(INT_MIN) leaves INT
 
     def _integral(self, node: exp.Expr, up: bool) -> Typed:
         if node.args.get("decimals") is not None or node.args.get("to") is not None:
@@ -690,6 +692,24 @@ class Compiler:
 
     _trycast = _cast
 
+    # -- user-defined functions
+
+    def _udfcall(self, node: UdfCall) -> Typed:
+        from tidemark.udf import load
+
+        path = node.args["path"].this
+        _, result = load(path)
+        if kind_of(result) in ("null", "other"):
+            raise NotVectorized(f"function {node.name} with result type {result}", node)
+        args = [self.compile(a) for a in node.expressions]
+        fields = [_user_column(a).alias(f"a{i}") for i, a in enumerate(args)]
+        out = pl.struct(fields).map_batches(
+            functools.partial(_call_udf, node.name, path, len(fields)), return_dtype=_user_dtype(result)
+        )
+        if result.name == "DECIMAL":
+            out = (out * pl.lit(10 ** result.params[1])).cast(_I128)
+        return Typed(out, result)
+
     # -- dates
 
     def _year(self, node: exp.Year) -> Typed:
@@ -755,6 +775,32 @@ def _int_true_div(s: pl.Series) -> pl.Series:
     for i in wide.arg_true().to_list():
         out[i] = x[i] / y[i]
     return pl.Series(out)
+
+
+def _user_column(v: Typed) -> pl.Expr:
+    """A value as a UDF receives it: integers as Int64, DECIMAL as a decimal column."""
+    if v.kind == "int":
+        return v.expr.cast(pl.Int64)
+    if v.kind == "dec":
+        return decimal_column(v.expr, scale_of(v.type), make_type("DECIMAL", (38, scale_of(v.type))))
+    return v.expr
+
+
+def _user_dtype(t: SqlType) -> pl.DataType:
+    if t.name == "DECIMAL":
+        return pl.Decimal(*t.params)
+    from tidemark.engine.arrow_types import arrow_type
+
+    return pl.from_arrow(pa.array([], arrow_type(t))).dtype  # type: ignore[union-attr]
+
+
+def _call_udf(name: str, path: str, n_args: int, s: pl.Series) -> pl.Series:
+    from tidemark.udf import call
+
+    args = [s.struct.field(f"a{i}").to_arrow() for i in range(n_args)]
+    out = pl.from_arrow(call(name, path, args, len(s)))
+    assert isinstance(out, pl.Series)
+    return out
 
 
 def _wider_int(a: SqlType, b: SqlType) -> SqlType:
