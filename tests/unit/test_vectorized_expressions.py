@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import sqlglot
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
@@ -155,12 +155,6 @@ ARITHMETIC = [
 ]  # fmt: skip
 
 
-@SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(ARITHMETIC))
-def test_arithmetic(rows, expr):
-    check([expr], rows)
-
-
 COMPARISONS = [
     "i = b", "i <> b", "i < d", "d <= e", "f > i", "f >= b", "s = t", "s < t", "p = TRUE", "day < DATE '2000-01-01'",
     "ts >= TIMESTAMP '2000-01-01 00:00:00'", "i IN (1, 2, 3)", "i IN (1, NULL)", "s IN ('a', ',')",
@@ -170,29 +164,11 @@ COMPARISONS = [
 ]  # fmt: skip
 
 
-@SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(COMPARISONS))
-def test_comparison_and_logic(rows, expr):
-    check([expr], rows)
-
-
-@SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(COMPARISONS))
-def test_filter_keeps_only_true(rows, expr):
-    check(["i", "s"], rows, predicate=expr)
-
-
 CONDITIONALS = [
     "CASE WHEN i > 0 THEN 'pos' WHEN i < 0 THEN 'neg' ELSE 'zero' END", "CASE i WHEN 7 THEN s WHEN -7 THEN t END",
     "CASE WHEN p THEN d ELSE e END", "CASE WHEN p THEN i END", "COALESCE(s, t, 'none')", "COALESCE(i, b)",
     "COALESCE(d, 0.5)", "NULLIF(i, 7)", "NULLIF(s, '')", "IF(p, s, t)", "IF(i > b, i, b)", "NULLIF(d, e)",
 ]  # fmt: skip
-
-
-@SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(CONDITIONALS))
-def test_conditionals(rows, expr):
-    check([expr], rows)
 
 
 STRINGS = [
@@ -206,23 +182,11 @@ STRINGS = [
 ]  # fmt: skip
 
 
-@SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(STRINGS))
-def test_string_functions(rows, expr):
-    check([expr], rows)
-
-
 NUMERIC = [
     "FLOOR(d)", "CEIL(d)", "FLOOR(f)", "CEIL(f)", "FLOOR(i)", "ROUND(d)", "ROUND(d, 1)", "ROUND(e, 3)", "ROUND(i, -1)",
     "ROUND(f)", "ROUND(f, 2)", "SQRT(f)", "SQRT(i)", "SQRT(d)", "ABS(i)", "ABS(d)", "ABS(f)", "MOD(i, 3)", "MOD(d, 2)",
     "MOD(f, 2)", "POWER(f, 2)", "FLOOR(i) + CEIL(i)",
 ]  # fmt: skip
-
-
-@SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(NUMERIC))
-def test_numeric_functions(rows, expr):
-    check([expr], rows)
 
 
 CASTS = [
@@ -233,12 +197,6 @@ CASTS = [
 ]  # fmt: skip
 
 
-@SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(CASTS))
-def test_casts(rows, expr):
-    check([expr], rows)
-
-
 DATES = [
     "YEAR(day)", "MONTH(ts)", "EXTRACT(DAY FROM day)", "EXTRACT(HOUR FROM ts)", "DATEDIFF(day, DATE '2000-01-01')",
     "DATEDIFF(ts, TIMESTAMP '2000-01-01 12:00:00')", "DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm:ss.SSS')",
@@ -246,10 +204,23 @@ DATES = [
 ]  # fmt: skip
 
 
+FAMILIES = {
+    "arithmetic": ARITHMETIC, "comparison and logic": COMPARISONS, "conditionals": CONDITIONALS,
+    "strings": STRINGS, "numeric functions": NUMERIC, "casts": CASTS, "dates": DATES,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 @SETTINGS
-@given(rows=ROWS, expr=st.sampled_from(DATES))
-def test_date_functions(rows, expr):
-    check([expr], rows)
+@given(rows=ROWS, data=st.data())
+def test_family_agrees_with_the_reference(family, rows, data):
+    check([data.draw(st.sampled_from(FAMILIES[family]), label="expr")], rows)
+
+
+@SETTINGS
+@given(rows=ROWS, expr=st.sampled_from(COMPARISONS))
+def test_filter_keeps_only_true(rows, expr):
+    check(["i", "s"], rows, predicate=expr)
 
 
 def test_many_projections_and_a_filter_in_one_batch():

@@ -17,8 +17,8 @@ becomes a literal (``DATE '2024-01-01'``, ``CAST('1.5' AS DECIMAL(3, 1))``). A f
 functions have no polars counterpart with the reference's exact semantics (Python's
 ``re``, ``strftime``, ``float`` parsing and ``repr``): those subtrees are evaluated by the
 reference evaluator once per distinct combination of the column values they read
-(``PER_VALUE``), so their cost grows with the distinct values of a batch, not with its
-rows; ``per_value_constructs`` names them for ``explain`` and the docs.
+(``PerValue``), so their cost grows with the distinct values of a batch, not with its
+rows; ``Calc.per_value_constructs`` lists them for a calc.
 """
 
 from __future__ import annotations
@@ -34,13 +34,9 @@ import pyarrow as pa
 from sqlglot import exp
 
 from tidemark.engine.expressions import DateFormat, SplitIndex, UdfCall, col_index, compile_row_fn, referenced_columns
-from tidemark.engine.types import INTEGRAL, SqlType, make_type
+from tidemark.engine.types import BOOLEAN, DOUBLE, INT, INTEGRAL, STRING, SqlType, make_type
 
 _I128 = pl.Int128
-_BIGINT = make_type("BIGINT")
-_DOUBLE = make_type("DOUBLE")
-_STRING = make_type("STRING")
-_BOOLEAN = make_type("BOOLEAN")
 _NULL = SqlType("NULL")
 
 
@@ -228,7 +224,7 @@ class Compiler:
         return Typed(pl.lit(None), _NULL)
 
     def _boolean(self, node: exp.Boolean) -> Typed:
-        return Typed(pl.lit(bool(node.this)), _BOOLEAN)
+        return Typed(pl.lit(bool(node.this)), BOOLEAN)
 
     def _paren(self, node: exp.Paren) -> Typed:
         return self.compile(node.this)
@@ -261,11 +257,11 @@ class Compiler:
         if "float" in kinds:
             x, y = to_float(a), to_float(b)
             if op == "/":
-                return Typed(pl.when(zero).then(None).otherwise(x / y), _DOUBLE)
+                return Typed(pl.when(zero).then(None).otherwise(x / y), DOUBLE)
             if op == "%":
                 out = pl.struct(x.alias("x"), y.alias("y")).map_batches(_fmod, return_dtype=pl.Float64)
-                return Typed(_null_if_any([a, b], pl.when(zero).then(None).otherwise(out)), _DOUBLE)
-            return Typed({"+": x + y, "-": x - y, "*": x * y}[op], _DOUBLE)
+                return Typed(_null_if_any([a, b], pl.when(zero).then(None).otherwise(out)), DOUBLE)
+            return Typed({"+": x + y, "-": x - y, "*": x * y}[op], DOUBLE)
         if kinds == {"int"} and op != "/":
             x, y = _as_int128(a), _as_int128(b)
             t = _wider_int(a.type, b.type)
@@ -276,7 +272,7 @@ class Compiler:
             quotient = pl.struct(a.expr.cast(_I128).alias("x"), b.expr.cast(_I128).alias("y")).map_batches(
                 _int_true_div, return_dtype=pl.Float64
             )
-            return Typed(_null_if_any([a, b], pl.when(zero).then(None).otherwise(quotient)), _DOUBLE)
+            return Typed(_null_if_any([a, b], pl.when(zero).then(None).otherwise(quotient)), DOUBLE)
         sa, sb = scale_of(a.type), scale_of(b.type)
         if op == "*":
             return Typed(_as_int128(a) * _as_int128(b), _dec_type(sa + sb))
@@ -330,7 +326,7 @@ class Compiler:
             f = b.expr if a.kind == "int" else a.expr
             out = pl.when(f.is_nan()).then(pl.lit(op == "<>")).otherwise(out)
             out = _null_if_any([a, b], out)
-        return Typed(out, _BOOLEAN)
+        return Typed(out, BOOLEAN)
 
     def _eq(self, node: exp.EQ) -> Typed:
         return self._compare(node, "=")
@@ -359,21 +355,21 @@ class Compiler:
         return v.expr
 
     def _and(self, node: exp.And) -> Typed:
-        return Typed(self._boolean_operand(node.this) & self._boolean_operand(node.expression), _BOOLEAN)
+        return Typed(self._boolean_operand(node.this) & self._boolean_operand(node.expression), BOOLEAN)
 
     def _or(self, node: exp.Or) -> Typed:
-        return Typed(self._boolean_operand(node.this) | self._boolean_operand(node.expression), _BOOLEAN)
+        return Typed(self._boolean_operand(node.this) | self._boolean_operand(node.expression), BOOLEAN)
 
     def _not(self, node: exp.Not) -> Typed:
-        return Typed(~self._boolean_operand(node.this), _BOOLEAN)
+        return Typed(~self._boolean_operand(node.this), BOOLEAN)
 
     def _is(self, node: exp.Is) -> Typed:
         v = self.compile(node.this)
         target = node.expression
         if isinstance(target, exp.Null):
-            return Typed(v.expr.is_null(), _BOOLEAN)
+            return Typed(v.expr.is_null(), BOOLEAN)
         if isinstance(target, exp.Boolean) and v.kind == "bool":
-            return Typed((v.expr == bool(target.this)).fill_null(False), _BOOLEAN)
+            return Typed((v.expr == bool(target.this)).fill_null(False), BOOLEAN)
         raise NotVectorized("IS", node)
 
     def _in(self, node: exp.In) -> Typed:
@@ -388,13 +384,13 @@ class Compiler:
         if out is None:
             raise NotVectorized("IN ()", node)
         # the reference: NULL when the value is NULL, whatever the candidates
-        return Typed(pl.when(v.expr.is_null()).then(None).otherwise(out), _BOOLEAN)
+        return Typed(pl.when(v.expr.is_null()).then(None).otherwise(out), BOOLEAN)
 
     def _between(self, node: exp.Between) -> Typed:
         v, lo, hi = self.compile(node.this), self.compile(node.args["low"]), self.compile(node.args["high"])
         x1, l1 = _comparable(v, lo, node)
         x2, h2 = _comparable(v, hi, node)
-        return Typed(_null_if_any([v, lo, hi], (l1 <= x1) & (x2 <= h2)), _BOOLEAN)
+        return Typed(_null_if_any([v, lo, hi], (l1 <= x1) & (x2 <= h2)), BOOLEAN)
 
     def _distinct(self, node: exp.Expr) -> pl.Expr:
         a, b = self.compile(node.this), self.compile(node.expression)
@@ -402,10 +398,10 @@ class Compiler:
         return ~x.eq_missing(y)
 
     def _nullsafeneq(self, node: exp.NullSafeNEQ) -> Typed:
-        return Typed(self._distinct(node), _BOOLEAN)
+        return Typed(self._distinct(node), BOOLEAN)
 
     def _nullsafeeq(self, node: exp.NullSafeEQ) -> Typed:
-        return Typed(~self._distinct(node), _BOOLEAN)
+        return Typed(~self._distinct(node), BOOLEAN)
 
     def _like(self, node: exp.Like) -> Typed:
         import re
@@ -414,7 +410,7 @@ class Compiler:
         if s.kind != "str" or not (isinstance(pattern, exp.Literal) and pattern.is_string) or node.args.get("escape"):
             raise NotVectorized("LIKE", node)
         regex = "(?s)^" + re.escape(pattern.this).replace("_", ".").replace("%", ".*") + "$"
-        return Typed(s.expr.str.contains(regex), _BOOLEAN)
+        return Typed(s.expr.str.contains(regex), BOOLEAN)
 
     # -- conditional
 
@@ -514,7 +510,7 @@ class Compiler:
         if v.kind not in ("int", "dec", "float"):
             raise NotVectorized("SQRT", node)
         x = to_float(v)
-        return Typed(pl.when(x >= 0).then(x.sqrt()).otherwise(pl.when(x.is_null()).then(None).otherwise(float("nan"))), _DOUBLE)
+        return Typed(pl.when(x >= 0).then(x.sqrt()).otherwise(pl.when(x.is_null()).then(None).otherwise(float("nan"))), DOUBLE)
 
     # -- strings
 
@@ -535,16 +531,16 @@ class Compiler:
         return v.expr.cast(pl.Int64)
 
     def _upper(self, node: exp.Upper) -> Typed:
-        return Typed(self._string(node.this).str.to_uppercase(), _STRING)
+        return Typed(self._string(node.this).str.to_uppercase(), STRING)
 
     def _lower(self, node: exp.Lower) -> Typed:
-        return Typed(self._string(node.this).str.to_lowercase(), _STRING)
+        return Typed(self._string(node.this).str.to_lowercase(), STRING)
 
     def _length(self, node: exp.Length) -> Typed:
-        return Typed(self._string(node.this).str.len_chars().cast(pl.Int64), make_type("INT"))
+        return Typed(self._string(node.this).str.len_chars().cast(pl.Int64), INT)
 
     def _reverse(self, node: exp.Reverse) -> Typed:
-        return Typed(self._string(node.this).str.reverse(), _STRING)
+        return Typed(self._string(node.this).str.reverse(), STRING)
 
     def _text(self, node: exp.Expr) -> pl.Expr:
         """A CONCAT argument as the reference's ``str(value)``."""
@@ -559,10 +555,10 @@ class Compiler:
 
     def _concat(self, node: exp.Concat) -> Typed:
         parts = [self._text(e) for e in node.expressions]
-        return Typed(pl.concat_str(parts), _STRING)
+        return Typed(pl.concat_str(parts), STRING)
 
     def _dpipe(self, node: exp.DPipe) -> Typed:
-        return Typed(pl.concat_str([self._text(node.this), self._text(node.expression)]), _STRING)
+        return Typed(pl.concat_str([self._text(node.this), self._text(node.expression)]), STRING)
 
     def _concatws(self, node: exp.ConcatWs) -> Typed:
         sep, *values = node.expressions
@@ -571,13 +567,13 @@ class Compiler:
         if not (isinstance(sep, exp.Literal) and sep.is_string):
             raise NotVectorized("CONCAT_WS with a computed separator", node)
         joined = pl.concat_str(parts, separator=sep.this, ignore_nulls=True) if parts else pl.lit("")
-        return Typed(pl.when(sep_expr.is_null()).then(None).otherwise(joined.fill_null("")), _STRING)
+        return Typed(pl.when(sep_expr.is_null()).then(None).otherwise(joined.fill_null("")), STRING)
 
     def _substring(self, node: exp.Substring) -> Typed:
         s = self._string(node.this)
         start_node, length_node = node.args.get("start"), node.args.get("length")
         if start_node is None:
-            return Typed(s, _STRING)
+            return Typed(s, STRING)
         start = self._int_arg(start_node)
         n = s.str.len_chars().cast(pl.Int64)
         # the reference: 1-based; 0 gives ''; a negative start counts from the end
@@ -593,19 +589,19 @@ class Compiler:
         out = pl.when(start == 0).then(pl.lit("")).otherwise(out)
         for a in args:
             out = pl.when(a.is_null()).then(None).otherwise(out)
-        return Typed(out, _STRING)
+        return Typed(out, STRING)
 
     def _left(self, node: exp.Left) -> Typed:
         n = node.expression
         if not (isinstance(n, exp.Literal) and not n.is_string and int(n.this) >= 0):
             raise NotVectorized("LEFT with a negative or computed length", node)
-        return Typed(self._string(node.this).str.slice(0, int(n.this)), _STRING)
+        return Typed(self._string(node.this).str.slice(0, int(n.this)), STRING)
 
     def _right(self, node: exp.Right) -> Typed:
         n = node.expression
         if not (isinstance(n, exp.Literal) and not n.is_string and int(n.this) > 0):
             raise NotVectorized("RIGHT with a non-positive or computed length", node)
-        return Typed(self._string(node.this).str.tail(int(n.this)), _STRING)
+        return Typed(self._string(node.this).str.tail(int(n.this)), STRING)
 
     def _replace(self, node: exp.Replace) -> Typed:
         s, search, repl = (self._string(node.args[a]) for a in ("this", "expression", "replacement"))
@@ -613,8 +609,8 @@ class Compiler:
         if not all(isinstance(x, exp.Literal) and x.is_string for x in (lit_search, lit_repl)):
             raise NotVectorized("REPLACE with a computed search or replacement", node)
         if lit_search.this == "":
-            return Typed(s, _STRING)
-        return Typed(s.str.replace_all(lit_search.this, lit_repl.this, literal=True), _STRING)
+            return Typed(s, STRING)
+        return Typed(s.str.replace_all(lit_search.this, lit_repl.this, literal=True), STRING)
 
     def _pad(self, node: exp.Pad) -> Typed:
         s = self._string(node.this)
@@ -624,12 +620,12 @@ class Compiler:
             raise NotVectorized("LPAD/RPAD with a computed length or fill", node)
         n = int(length.this)
         if n < 0 or fill_text == "":
-            return Typed(pl.lit(None, pl.String), _STRING)
+            return Typed(pl.lit(None, pl.String), STRING)
         pad = (fill_text * n)[:n]
         short = n - s.str.len_chars().cast(pl.Int64)
         piece = pl.lit(pad).str.slice(0, pl.max_horizontal(short, pl.lit(0, pl.Int64)))
         padded = pl.concat_str([piece, s]) if node.args.get("is_left") else pl.concat_str([s, piece])
-        return Typed(pl.when(short <= 0).then(s.str.slice(0, n)).otherwise(padded), _STRING)
+        return Typed(pl.when(short <= 0).then(s.str.slice(0, n)).otherwise(padded), STRING)
 
     def _splitindex(self, node: SplitIndex) -> Typed:
         s = self._string(node.this)
@@ -638,8 +634,8 @@ class Compiler:
             raise NotVectorized("SPLIT_INDEX with a computed separator or index", node)
         i = int(index.this)
         if i < 0 or sep.this == "":
-            return Typed(pl.lit(None, pl.String), _STRING)
-        return Typed(s.str.split(sep.this, inclusive=False).list.get(i, null_on_oob=True), _STRING)
+            return Typed(pl.lit(None, pl.String), STRING)
+        return Typed(s.str.split(sep.this, inclusive=False).list.get(i, null_on_oob=True), STRING)
 
     def _regexpextract(self, node: exp.RegexpExtract) -> Typed:
         import re
@@ -652,10 +648,10 @@ class Compiler:
         try:
             groups = re.compile(regex.this).groups
         except re.error:
-            return Typed(pl.lit(None, pl.String), _STRING)  # the reference: NULL for an invalid regex
+            return Typed(pl.lit(None, pl.String), STRING)  # the reference: NULL for an invalid regex
         if g < 0 or g > groups or not _same_regex_dialect(regex.this):
             raise NotVectorized("REGEXP_EXTRACT", node)
-        return Typed(s.str.extract(regex.this, g), _STRING)
+        return Typed(s.str.extract(regex.this, g), STRING)
 
     # -- casts
 
@@ -728,21 +724,21 @@ class Compiler:
             raise NotVectorized(f"EXTRACT({unit.upper()})", node)
         if v.kind == "date" and unit in ("hour", "minute", "second"):
             raise NotVectorized(f"EXTRACT({unit.upper()}) of a DATE", node)
-        return Typed(getattr(v.expr.dt, unit)().cast(pl.Int64), make_type("INT"))
+        return Typed(getattr(v.expr.dt, unit)().cast(pl.Int64), INT)
 
     def _datediff(self, node: exp.DateDiff) -> Typed:
         a, b = self.compile(node.this), self.compile(node.expression)
         if node.args.get("unit") is not None or a.kind != b.kind or a.kind not in ("date", "ts"):
             raise NotVectorized("DATEDIFF", node)
         micros = (a.expr.cast(pl.Datetime("us")) - b.expr.cast(pl.Datetime("us"))).dt.total_microseconds()
-        return Typed(micros.cast(_I128) // pl.lit(86_400_000_000, _I128), make_type("INT"))
+        return Typed(micros.cast(_I128) // pl.lit(86_400_000_000, _I128), INT)
 
 
 #: result types of functions ``infer_type`` leaves open (the reference's Python value types)
 _RESULT_TYPES: dict[type, SqlType] = {
-    DateFormat: _STRING, exp.RegexpExtract: _STRING, exp.Trim: _STRING, exp.Left: _STRING, exp.Right: _STRING,
-    exp.Reverse: _STRING, exp.Year: make_type("INT"), exp.Month: make_type("INT"), exp.Extract: make_type("INT"),
-    exp.DateDiff: make_type("INT"), exp.StrPosition: make_type("INT"), exp.Pow: _DOUBLE,
+    DateFormat: STRING, exp.RegexpExtract: STRING, exp.Trim: STRING, exp.Left: STRING, exp.Right: STRING,
+    exp.Reverse: STRING, exp.Year: INT, exp.Month: INT, exp.Extract: INT,
+    exp.DateDiff: INT, exp.StrPosition: INT, exp.Pow: DOUBLE,
 }  # fmt: skip
 
 
