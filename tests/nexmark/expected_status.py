@@ -45,7 +45,7 @@ TODAY_DIALECT: dict[str, str] = {
     "q11": "not planned: syntax error: Invalid expression / Unexpected token near '('",
     "q12": "not planned: syntax error: Expecting ) near 'B'",
     "q13": "not planned: unsupported function PROCTIME()",
-    "q14": "not planned: CREATE FUNCTION is not supported: only CREATE TABLE",
+    "q14": "not planned: function 'count_char': only LANGUAGE PYTHON functions are supported",
     "q15": "equal",
     "q16": "equal",
     "q17": "equal",
