@@ -109,7 +109,9 @@ def _sql_mod(a: Any, b: Any) -> Any:
     a, b = _promote(a, b)
     if isinstance(a, int) and isinstance(b, int):
         return int(math.fmod(a, b)) if abs(a) < 2**52 and abs(b) < 2**52 else a - b * int(a / b)
-    return math.fmod(a, b) if not isinstance(a, Decimal) else a % b
+    if isinstance(a, Decimal):
+        return a % b
+    return math.fmod(a, b) if math.isfinite(a) else math.nan  # Java's % of an infinity: NaN
 
 
 def _promote(a: Any, b: Any) -> tuple[Any, Any]:
@@ -129,6 +131,32 @@ def _sql_div(a: Any, b: Any) -> Any:
     if isinstance(a, Decimal) or isinstance(b, Decimal):
         return Decimal(a) / Decimal(b)
     return a / b
+
+
+def _sql_substring(s: Any, start: Any, *length: Any) -> Any:
+    """SUBSTRING(s, start[, length]), 1-based: a negative start counts from the end (from
+    the first character when it reaches past it), 0 gives ''; a negative length gives '';
+    NULL when any argument is."""
+    if s is None or start is None or (length and length[0] is None):
+        return None
+    if start == 0 or (length and length[0] < 0):
+        return ""
+    begin = start - 1 if start > 0 else max(len(s) + start, 0)
+    return s[begin : begin + length[0]] if length else s[begin:]
+
+
+def _sql_udf(name: str, path: str, *args: Any) -> Any:
+    """A UDF on one row: its arguments as one-value arrays (the reference path)."""
+    import pyarrow as pa
+
+    from tidemark.udf import call
+
+    return call(name, path, [pa.array([a]) for a in args], 1)[0].as_py()
+
+
+@null_if_any
+def _sql_neg(a: Any) -> Any:
+    return -a
 
 
 @null_if_any
@@ -253,6 +281,9 @@ RUNTIME_ENV: dict[str, Any] = {
     "ADD": _sql_add,
     "SUB": _sql_sub,
     "MUL": _sql_mul,
+    "TM_NEG": _sql_neg,
+    "TM_SUBSTRING": _sql_substring,
+    "TM_UDF": _sql_udf,
     "Decimal": Decimal,
     "ROUND": _sql_round,
     "TM_FLOOR": functools.partial(_sql_to_integral, rounding=ROUND_FLOOR),
@@ -302,6 +333,13 @@ class SplitIndex(exp.Expression, exp.Func):
 
     arg_types = {"this": True, "expression": True, "index": True}
     _sql_names = ["SPLIT_INDEX"]
+
+
+class UdfCall(exp.Expression, exp.Func):
+    """A call of a Python user-defined function (``tidemark.udf``): ``this`` its name as
+    written, ``path`` its ``module.function``, ``expressions`` the arguments."""
+
+    arg_types = {"this": True, "path": True, "expressions": False}
 
 
 class DateFormat(exp.Expression, exp.Func):
@@ -404,6 +442,9 @@ class _RowGenerator(PythonGenerator):
         exp.TryCast: _cast_py,
         exp.Div: lambda self, e: f"DIV({self.sql(e.this)}, {self.sql(e.expression)})",
         exp.Case: _case_py,
+        exp.Neg: _call("TM_NEG", "this"),
+        UdfCall: lambda self, e: f"TM_UDF({', '.join([repr(e.name), repr(e.args['path'].this), *(self.sql(a) for a in e.expressions)])})",
+        exp.Substring: lambda self, e: f"TM_SUBSTRING({', '.join(self.sql(e.args[a]) for a in ('this', 'start', 'length') if e.args.get(a) is not None)})",
     }
 
 
@@ -614,4 +655,8 @@ def infer_type(expr: exp.Expr, input_types: Sequence[SqlType | None]) -> SqlType
         return infer_type(default, input_types) if default is not None else None
     if isinstance(expr, exp.Length):
         return make_type("INT")
+    if isinstance(expr, UdfCall):
+        from tidemark.udf import load
+
+        return load(expr.args["path"].this)[1]
     return None

@@ -138,6 +138,9 @@ class ReplayHost:
                 bucket, out = self._stages[node.id].process_batch(batches, self._buckets[node.id], ctx)
                 self._buckets[node.id] = bucket
                 outputs[node.id] = out.changes()
+            elif hasattr(node.stage, "process_batch"):  # a calc: vectorized over the whole batch
+                batch = ChangeBatch.from_changes(outputs[node.inputs[0]], schema=node.stage.input_schema())
+                outputs[node.id] = node.stage.process_batch(batch).changes()
             else:
                 outputs[node.id] = run_stateless(node.stage, [outputs[i] for i in node.inputs])
             event_time = node.detail.get("event_time")

@@ -180,6 +180,16 @@ class ViewDef:
 
 
 @dataclass
+class FunctionDef:
+    """``CREATE [TEMPORARY [SYSTEM]] FUNCTION name AS 'module.function' LANGUAGE PYTHON``."""
+
+    name: str
+    path: str
+    node: exp.Expr
+
+
+
+@dataclass
 class Script:
     """A parsed pipeline: its tables (in declaration order), views, SET options and the INSERT."""
 
@@ -190,6 +200,11 @@ class Script:
     #: table name -> its processing-time attribute (``name AS PROCTIME()``), usable only in
     #: ``FOR SYSTEM_TIME AS OF`` (a lookup join); it is not one of the table's columns
     proctime: dict[str, str] = field(default_factory=dict)
+    functions: dict[str, FunctionDef] = field(default_factory=dict)
+
+    def function(self, name: str) -> FunctionDef | None:
+        """Look a user-defined function up by name (case-insensitively, as Flink does)."""
+        return _lookup(self.functions, name)
 
     def table(self, name: str) -> TableDef | None:
         """Look a table up by name (exact first, then case-insensitive)."""
@@ -247,7 +262,13 @@ def parse_script(sql: str) -> Script:
     """Parse and check a whole pipeline script: CREATE TABLE, SET, exactly one INSERT."""
     script = Script()
     for stmt in parse_statements(sql):
-        if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "VIEW":
+        stmt = _system_function(stmt)
+        if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "FUNCTION":
+            fn = _function_def(stmt)
+            if script.function(fn.name) is not None:
+                raise sql_error(f"function '{fn.name}' is declared twice", stmt.this)
+            script.functions[fn.name] = fn
+        elif isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "VIEW":
             view = _view_def(stmt)
             if script.table(view.name) is not None or script.view(view.name) is not None:
                 raise sql_error(f"'{view.name}' is declared twice (as a table or view)", stmt.this)
@@ -276,6 +297,39 @@ def parse_script(sql: str) -> Script:
     if script.insert is None:
         raise SqlError("the pipeline has no INSERT INTO statement")
     return script
+
+
+def _system_function(stmt: exp.Expr) -> exp.Expr:
+    """sqlglot reads ``CREATE TEMPORARY SYSTEM FUNCTION`` as an opaque command: read it as
+    ``CREATE TEMPORARY FUNCTION`` (a pipeline's functions are all its own)."""
+    if isinstance(stmt, exp.Command) and stmt.name.upper() == "CREATE":
+        text = stmt.expression.sql() if isinstance(stmt.expression, exp.Expr) else str(stmt.expression)
+        words = text.split(None, 2)
+        if len(words) == 3 and words[0].upper() == "TEMPORARY" and words[1].upper() == "SYSTEM":
+            return parse_statements(f"CREATE TEMPORARY {words[2]}")[0]
+    return stmt
+
+
+def _function_def(stmt: exp.Create) -> FunctionDef:
+    from tidemark.udf import UdfError, load
+
+    name = stmt.this.name if isinstance(stmt.this, exp.Table) else ""
+    path = stmt.expression
+    if not name or not (isinstance(path, exp.Literal) and path.is_string):
+        raise sql_error("CREATE FUNCTION needs a name and AS 'module.function'", stmt)
+    props = stmt.args.get("properties")
+    languages = [p.this.name.upper() for p in (props.expressions if props else []) if isinstance(p, exp.LanguageProperty)]
+    if languages != ["PYTHON"]:
+        raise sql_error(
+            f"function '{name}': only LANGUAGE PYTHON functions are supported (a Java class such as "
+            f"'{path.this}' cannot run here): CREATE FUNCTION {name} AS 'module.function' LANGUAGE PYTHON",
+            stmt,
+        )
+    try:
+        load(path.this)
+    except UdfError as e:
+        raise sql_error(f"function '{name}': {e}", path) from None
+    return FunctionDef(name, path.this, stmt)
 
 
 def _view_def(stmt: exp.Create) -> ViewDef:

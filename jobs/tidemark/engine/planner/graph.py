@@ -159,7 +159,8 @@ class PlanGraph:
         out_names = list(names) if names is not None else (inp.columns if projections is None else [f"EXPR${i}" for i in range(len(projections))])
         out_types = inp.types if projections is None else [infer_type(e, inp.types) for e in projections]
         name = self._stage_name("calc")
-        stage = Calc(projections, predicate, inp.columns, out_names, name=name)
+        stage = Calc(projections, predicate, inp.columns, out_names, name=name, input_types=inp.types, output_types=out_types)
+        out_types = [t if t is not None else k for t, k in zip(out_types, stage.output_types)]
         node = self._add(
             "calc", name, [input_id], out_names, out_types,
             upsert_keys=project_keys(inp.upsert_keys, projections), changelog_mode=inp.changelog_mode,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from tidemark.engine.expressions import col_ref
+from tidemark.engine.expressions import UdfCall, col_ref
 from tidemark.engine.planner.graph import NamedQuery, PlanGraph
 from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
 from tidemark.engine.planner.scope import Scope
@@ -207,16 +207,39 @@ class SelectPlanner(PlanGraph):
         (``TIMESTAMPADD(HOUR, ...)``) would otherwise read as unknown columns."""
 
         def sub(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Anonymous) and self.script.function(node.name) is not None:
+                return self.udf_call(node, scope)
             if isinstance(node, _UNEVALUATED_FUNCS):
                 name = node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
                 raise sql_error(f"unsupported function {name}()", node)
             if isinstance(node, exp.Column):
                 if isinstance(node.this, exp.Star):
                     raise sql_error("* is only allowed as a whole select item", node)
-                return col_ref(scope.resolve(node))
+                ref = col_ref(scope.resolve(node))
+                where = node.find(exp.Identifier)
+                if where is not None and where.meta:  # errors found later still point at the column
+                    ref.this.meta.update(where.meta)
+                return ref
             return node
 
         return e.transform(sub, copy=True)
+
+    def udf_call(self, node: exp.Anonymous, scope: Scope) -> exp.Expr:
+        """A call of a function declared with CREATE FUNCTION, its arguments resolved."""
+        from tidemark.udf import UdfError, check_arity
+
+        fn = self.script.function(node.name)
+        assert fn is not None
+        if not node.expressions:
+            raise sql_error(f"function {node.name}() needs at least one argument (it is called on whole columns)", node)
+        try:
+            check_arity(fn.path, len(node.expressions))
+        except UdfError as e:
+            raise sql_error(f"function {node.name}(): {e}", node) from None
+        args = [self.resolve(a, scope) for a in node.expressions]
+        call = UdfCall(this=exp.Identifier(this=node.name), path=exp.Literal.string(fn.path), expressions=args)
+        call.meta.update(node.meta)
+        return call
 
     def projections(self, sel: exp.Select, scope: Scope) -> tuple[list[exp.Expr], list[str]]:
         projections: list[exp.Expr] = []
