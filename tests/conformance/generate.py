@@ -783,10 +783,10 @@ def reproductions() -> list[Workload]:
         return {"kind": kind, "row": {"id": id, "category": "c1", "region": region, "v": 3}, "seq": seq}
 
     rank_tie = [
-        # Open difference: an upsert record that changes only a column the query drops. Flink
+        # Fixed difference: an upsert record that changes only a column the query drops. Flink
         # pushes the projection into the source, so its ChangelogNormalize sees an unchanged
-        # row and drops the record; Tidemark's normalize emits -U/+U of the full row, and the
-        # rank takes the identical projected row as arriving again (behind its tie).
+        # row and drops the record; Tidemark's normalize used to emit -U/+U of the full row, and
+        # the rank took the identical projected row as arriving again (behind its tie).
         Workload(name="upsert-unchanged-projected-row-rearrives-in-rank", shape="dedup_first",
                  strategy="DEDUPLICATE", seed=0, pks={"events": "id"},
                  sql="\n".join([upsert_events, shape_dedup_first(random.Random(0), "DEDUPLICATE")[1],

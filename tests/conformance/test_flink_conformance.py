@@ -82,7 +82,7 @@ REPRODUCTIONS = {w.name: w for w in generate.reproductions()}
 #: reproductions of differences where Tidemark is wrong (docs/conformance.md "Open differences");
 #: reported as xfail while Tidemark differs; passes once the stage is fixed (then the entry
 #: moves to ALIGNED, where a difference fails the test)
-OPEN_DIFFERENCES: set[str] = {"upsert-unchanged-projected-row-rearrives-in-rank"}
+OPEN_DIFFERENCES: set[str] = set()
 #: former open differences, fixed in the stages: Tidemark must keep giving Flink's table
 ALIGNED = {
     "dedup-identical-copies-retract-oldest",
@@ -93,6 +93,7 @@ ALIGNED = {
     "nothing-retracted-shown-copy-equal-copy-active",
     "dedup-upsert-insert-delete-in-batch-no-refresh",
     "distinct-upsert-unread-column-update-dropped",
+    "upsert-unchanged-projected-row-rearrives-in-rank",
 }
 
 
