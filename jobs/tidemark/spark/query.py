@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
 from tidemark.engine.pipeline import Pipeline
@@ -81,8 +82,17 @@ class GuardedStage:
         self.name = stage.name
 
     def process(self, changes: list[Change]) -> list[Change]:
+        return self._guarded(self.stage.process, changes)
+
+    def process_batch(self, batch: ChangeBatch) -> ChangeBatch:
+        """Whole columns when the stage has a columnar path, its changes otherwise."""
+        if hasattr(self.stage, "process_batch"):
+            return self._guarded(self.stage.process_batch, batch)
+        return ChangeBatch.from_changes(self.process(batch.changes()))
+
+    def _guarded(self, call: Callable[[Any], Any], arg: Any) -> Any:
         try:
-            return self.stage.process(changes)
+            return call(arg)
         except TidemarkError as err:
             raise StageFailure(err) from None
         except Exception as err:
