@@ -92,3 +92,53 @@ def test_blob_keeps_the_values_types_when_they_do_not_fit_the_schema(no_changes)
     assert table.schema.names[:2] == ["n", "u"]
     assert table.column("n").type == pa.int64()
     assert table.column("n").to_pylist() == [1000]
+
+
+def test_decode_pass_builds_columns_straight_from_the_batch_decoder_and_letters_record_by_record(no_changes):
+    import json
+
+    from tidemark.engine.pipeline import compile_sql
+    from tidemark.spark.query import split_decoded
+    from tidemark.spark.source import decode_columnar, decode_records
+
+    sql = """
+    CREATE TABLE s1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'a', 'format' = 'debezium-json');
+    CREATE TABLE t1 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 't', 'format' = 'upsert-json');
+    INSERT INTO t1 SELECT id, level FROM s1;
+    """
+    from tidemark.spark.query import source_tables
+
+    (src,) = source_tables(compile_sql(sql))
+    values = [
+        json.dumps({"before": {"id": 1, "level": 1}, "after": {"id": 1, "level": 2}, "op": "u"}).encode(),
+        b"{nope",
+        json.dumps({"before": None, "after": {"id": 2, "level": 3}, "op": "c"}).encode(),
+    ]
+    records = {"topic": ["a"] * 3, "partition": [1, 1, 2], "offset": [5, 6, 7], "timestamp": [None] * 3,
+               "key": [b'{"id": 1}', None, None], "value": values}
+    batch, letters = decode_columnar(records, src, 9, {})
+    assert batch.is_columnar
+    table = batch.table()
+    assert table.column("$kind").to_pylist() == ["-U", "+U", "+I"]
+    assert [table.column(c).to_pylist() for c in ("$pos0", "$pos1", "$pos2", "$pos3")] == [
+        [9, 9, 9], [0, 0, 0], [1, 1, 2], [5, 5, 7]]
+    assert table.column(0).to_pylist() == [1, 1, 2] and table.column(1).to_pylist() == [1, 2, 3]
+    _, bad = split_decoded(letters)
+    _, expected_bad = split_decoded(decode_records(records, {"a": src}, 9, {}))
+    assert bad == expected_bad and list(bad) == [("a", 1, 6)]
+    assert bad[("a", 1, 6)]["reason"].startswith("s1 @ a/1/6: value: malformed JSON")
+
+
+def test_decode_columnar_leaves_per_record_formats_to_the_row_path():
+    from tidemark.engine.pipeline import compile_sql
+    from tidemark.spark.query import source_tables
+    from tidemark.spark.source import decode_columnar
+
+    sql = """
+    CREATE TABLE s1 (id BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'a', 'format' = 'avro');
+    CREATE TABLE t1 (id BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 't', 'format' = 'upsert-json');
+    INSERT INTO t1 SELECT id FROM s1;
+    """
+    (src,) = source_tables(compile_sql(sql))
+    records = {"topic": ["a"], "partition": [0], "offset": [1], "timestamp": [None], "key": [None], "value": [b"1"]}
+    assert decode_columnar(records, src, 1, {}) is None

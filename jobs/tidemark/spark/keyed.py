@@ -159,6 +159,19 @@ def run_stateless(stages: Sequence[Any], batch: ChangeBatch) -> ChangeBatch:
     return batch
 
 
+def joined(parts: Sequence[ChangeBatch]) -> ChangeBatch:
+    """Batches of one node as one, in order: columns concatenated when every part is
+    columnar, else their changes."""
+    if parts and all(p.is_columnar for p in parts):
+        import pyarrow as pa
+
+        tables = [p.table() for p in parts if p.table().num_rows]
+        if not tables:
+            return parts[0]
+        return ChangeBatch.from_table(pa.concat_tables(tables, promote_options="permissive"))
+    return ChangeBatch.from_changes([c for p in parts for c in p.changes()])
+
+
 def blob_batch(rows: Sequence[tuple[int, int, bytes]]) -> Any:
     """``BLOB_SCHEMA`` rows as the Arrow record batch a ``mapInArrow`` function yields."""
     import pyarrow as pa
