@@ -259,8 +259,8 @@ class GroupAggregate:
 
     def batch_kernel(self) -> Any:
         """The stage under the batch contract (``driver.batch_stage``): the aggregate kernel
-        unless ``TIDEMARK_AGGREGATE_KERNEL=0``, which keeps the per-key path."""
-        if os.environ.get("TIDEMARK_AGGREGATE_KERNEL", "1") != "1":
+        when ``TIDEMARK_AGGREGATE_KERNEL=1``, else the per-key path."""
+        if os.environ.get("TIDEMARK_AGGREGATE_KERNEL", "0") != "1":
             return PerKeyAdapter(self)
         from tidemark.engine.kernels.aggregate import AggregateKernel
 

@@ -55,8 +55,9 @@ JOIN_TYPES = ("inner", "left", "right", "full")
 # per side: row -> [count, pos of latest add, matching rows on the other side]
 CNT, POS, MATCHES = 0, 1, 2
 
-#: "1" (the default) runs the join as its batch kernel (``tidemark.engine.kernels.join``)
-#: when its input schemas are known; "0" or unknown schemas: per key.
+#: "1" runs the join as its batch kernel (``tidemark.engine.kernels.join``) when its input
+#: schemas are known; otherwise it runs per key. Off by default until the Spark host runs
+#: typed-state kernels (its ``_BucketRunner`` hands every bucket to the per-key adapter).
 KERNEL_ENV = "TIDEMARK_JOIN_KERNEL"
 
 
@@ -90,10 +91,10 @@ class Join:
 
     def batch_kernel(self) -> Any:
         """The batch kernel (``tidemark.engine.kernels.join``) when the input schemas are
-        known and ``TIDEMARK_JOIN_KERNEL`` is not ``0``; else the per-key adapter."""
+        known and ``TIDEMARK_JOIN_KERNEL`` is ``1``; else the per-key adapter."""
         from tidemark.engine.driver import PerKeyAdapter
 
-        if self.input_schemas is None or os.environ.get(KERNEL_ENV, "1") != "1":
+        if self.input_schemas is None or os.environ.get(KERNEL_ENV, "0") != "1":
             return PerKeyAdapter(self)
         from tidemark.engine.kernels.join import JoinKernel
 
