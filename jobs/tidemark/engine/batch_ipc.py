@@ -62,6 +62,19 @@ def table_of(changes: Sequence[Change], schema: pa.Schema | None) -> pa.Table:
     return table
 
 
+def typed(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
+    """A batch table with its row columns named and typed by ``schema`` when its values
+    fit it, else as it stands (module docstring)."""
+    own = _own_columns(table)
+    if schema is None or len(schema) != table.num_columns - len(own):
+        return table
+    target = pa.schema([*schema, *(table.schema.field(c) for c in own)])
+    try:
+        return table.rename_columns(target.names).cast(target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        return table.rename_columns(target.names)
+
+
 def _own_columns(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if c.startswith("$")]
 

@@ -112,19 +112,64 @@ def encode_key(key: tuple) -> bytes:
     return repr(_canonical(key)).encode()
 
 
-def blob_rows(changes: list[Change], schema: Any, target: Target, buckets: int) -> list[tuple[int, int, bytes]]:
+def blob_rows(
+    changes: ChangeBatch | list[Change], schema: Any, target: Target, buckets: int
+) -> list[tuple[int, int, bytes]]:
     """``changes`` as ``BLOB_SCHEMA`` rows: one per bucket of ``target`` they touch (one
-    row, bucket 0, without a target). ``schema``: the node's Arrow schema, or None."""
-    if not changes:
+    row, bucket 0, without a target). ``schema``: the node's Arrow schema, or None.
+
+    A columnar batch without a target is encoded as its table stands (typed by ``schema``
+    when its values fit), never through ``Change`` tuples; a target's buckets still come
+    from ``key_of`` per change."""
+    batch = changes if isinstance(changes, ChangeBatch) else ChangeBatch.from_changes(changes)
+    if batch.is_columnar:
+        if batch.table().num_rows == 0:
+            return []
+        if target is None:
+            return [(0, 0, batch_ipc.encode(batch_ipc.typed(batch.table(), schema)))]
+    cs = batch.changes()
+    if not cs:
         return []
-    table = batch_ipc.table_of(changes, schema)
+    table = batch_ipc.table_of(cs, schema)
     if target is None:
         return [(0, 0, batch_ipc.encode(table))]
     stage, index = target
     by_bucket = batch_ipc.split(
-        table, [batch_ipc.bucket_of(encode_key(stage.key_of(c, index)), buckets) for c in changes]
+        table, [batch_ipc.bucket_of(encode_key(stage.key_of(c, index)), buckets) for c in cs]
     )
     return [(b, index, batch_ipc.encode(t)) for b, t in by_bucket.items()]
+
+
+def run_stateless(stages: Sequence[Any], batch: ChangeBatch) -> ChangeBatch:
+    """``batch`` through the stateless ``stages`` fused into a pass, in order: whole
+    columns through ``process_batch`` while the batch is columnar and the stage has it,
+    else ``Change`` tuples through ``process`` (a batch built from changes stays on the
+    row path: its columns would only be inferred from the values)."""
+    for st in stages:
+        if batch.is_columnar:
+            if batch.table().num_rows == 0:
+                break
+            if hasattr(st, "process_batch"):
+                batch = st.process_batch(batch)
+                continue
+        cs = batch.changes()
+        if not cs:
+            break
+        batch = ChangeBatch.from_changes(st.process(cs))
+    return batch
+
+
+def joined(parts: Sequence[ChangeBatch]) -> ChangeBatch:
+    """Batches of one node as one, in order: columns concatenated when every part is
+    columnar, else their changes."""
+    if parts and all(p.is_columnar for p in parts):
+        import pyarrow as pa
+
+        tables = [p.table() for p in parts if p.table().num_rows]
+        if not tables:
+            return parts[0]
+        return ChangeBatch.from_table(pa.concat_tables(tables, promote_options="permissive"))
+    return ChangeBatch.from_changes([c for p in parts for c in p.changes()])
 
 
 def blob_batch(rows: Sequence[tuple[int, int, bytes]]) -> Any:
@@ -376,13 +421,9 @@ class _BucketRunner:
         old_wakeup = _next_wakeup(state)
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
         state, out = self.driven.process_batch(inputs, state, ctx)
-        emitted = out.changes()
         if ctx.metrics and self.accumulator is not None:
             self.accumulator.add(Counter({f"{self.stage.name}.{k}": v for k, v in ctx.metrics.items()}))
-        for after in self.then:  # stateless stages fused into this pass (see run_keyed_stage)
-            if not emitted:
-                break
-            emitted = after.process(emitted)
+        emitted = run_stateless(self.then, out)  # stateless stages fused into this pass (see run_keyed_stage)
         new_stored = state_codec.encode_state(self.stage, state)
         rows = blob_rows(emitted, self.schema, self.downstream, self.buckets)
         return _Result(new_stored, rows, old_wakeup, _next_wakeup(state))
@@ -501,10 +542,9 @@ def keyed_input(
     target = (stage, input_index)
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        cs = changes_of_blobs([blob for _, blob in arrow_pairs(batches)])
-        for st in pre:
-            cs = st.process(cs)
-        rows = blob_rows(cs, schema, target, buckets)
+        blobs = [blob for _, blob in arrow_pairs(batches)]
+        batch = batch_ipc.decode_batch(blobs) if blobs else ChangeBatch.from_changes([])
+        rows = blob_rows(run_stateless(pre, batch), schema, target, buckets)
         if rows:
             yield blob_batch(rows)
 

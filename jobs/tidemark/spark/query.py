@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
 from tidemark.engine.pipeline import Pipeline
@@ -54,13 +55,16 @@ from tidemark.spark.keyed import (
     Target,
     blob_batch,
     blob_rows,
+    joined,
     run_keyed_stage,
+    run_stateless,
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
 from tidemark.spark.source import (
     RAW_COLUMNS,
     SourceTable,
     client_options,
+    decode_columnar,
     decode_records,
     read_stream,
     startup_options,
@@ -81,8 +85,17 @@ class GuardedStage:
         self.name = stage.name
 
     def process(self, changes: list[Change]) -> list[Change]:
+        return self._guarded(self.stage.process, changes)
+
+    def process_batch(self, batch: ChangeBatch) -> ChangeBatch:
+        """Whole columns when the stage has a columnar path, its changes otherwise."""
+        if hasattr(self.stage, "process_batch"):
+            return self._guarded(self.stage.process_batch, batch)
+        return ChangeBatch.from_changes(self.process(batch.changes()))
+
+    def _guarded(self, call: Callable[[Any], Any], arg: Any) -> Any:
         try:
-            return self.stage.process(changes)
+            return call(arg)
         except TidemarkError as err:
             raise StageFailure(err) from None
         except Exception as err:
@@ -185,22 +198,26 @@ def decode_pass(
         batch_id = _batch_id()
         decoders: dict[str, Any] = {}  # a batch decoder where the format has one
         bad: dict[tuple, dict[str, Any]] = {}
-        changes: list[Change] = []
+        parts: list[ChangeBatch] = []
         for batch in batches:
             # without the timestamp column: a tz-aware datetime per record cost more than
             # the JSON decode; only a dead letter needs it (filled in below)
             columns = batch.drop_columns(["timestamp"]).to_pydict()
             columns["timestamp"] = [None] * batch.num_rows
-            cs, b = split_decoded(decode_records(columns, {src.topic: src}, batch_id, decoders))
+            decoded = decode_columnar(columns, src, batch_id, decoders)
+            if decoded is None:  # a format decoded record by record
+                cs, b = split_decoded(decode_records(columns, {src.topic: src}, batch_id, decoders))
+                part = ChangeBatch.from_changes(cs)
+            else:
+                part, letters = decoded
+                b = split_decoded(letters)[1]
             if b:
                 _fill_timestamps(b, columns, batch.column("timestamp"))
             bad.update(b)
-            for st in pre:
-                cs = st.process(cs)
-            changes.extend(cs)
+            parts.append(run_stateless(pre, part))
         if bad:
             acc.add({batch_id: bad})
-        rows = blob_rows(changes, schema, target, buckets)
+        rows = blob_rows(joined(parts), schema, target, buckets)
         if rows:
             yield blob_batch(rows)
 

@@ -42,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.catalog import TableDef
 
 SOURCE_NAME = "tidemark-kafka"
@@ -480,8 +481,7 @@ def _decode_topic(
     from tidemark.formats import DecodeError
     from tidemark.formats.batch_decode import BatchDecoder
 
-    name = src.table.name
-    meta = {"table": name, "format": decoder.spec.name}
+    meta = {"table": src.table.name, "format": decoder.spec.name}
     partitions, offsets = records["partition"], records["offset"]
     dead: list[tuple[int, DecodeError]] = []
     changed: list[int] = []
@@ -503,12 +503,58 @@ def _decode_topic(
             changed.extend(i for _ in changes)
             kinds.extend(c.kind for c in changes)
             rows.extend(c.row for c in changes)
-    if dead:
-        bad = [i for i, _ in dead]
-        _extend(out, source, bad, **meta, error_kind=[err.kind for _, err in dead],
-                reason=[f"{name} @ {topic}/{partitions[i]}/{offsets[i]}: {err.reason}" for i, err in dead])
+    _extend_dead(out, source, dead, meta, topic, records)
     pos = [[batch_id, src.source_index, partitions[i], offsets[i]] for i in changed]
     _extend(out, source, changed, **meta, kind=kinds, row=rows, pos=pos)
+
+
+def _extend_dead(
+    out: dict[str, list[Any]], source: list[int], dead: list[tuple[int, Any]], meta: dict[str, str], topic: str,
+    records: dict[str, list[Any]],
+) -> None:
+    """Append the outputs of the bad records ``dead`` (``(record index, DecodeError)``);
+    ``meta``: their ``table`` and ``format``."""
+    if not dead:
+        return
+    partitions, offsets = records["partition"], records["offset"]
+    _extend(out, source, [i for i, _ in dead], **meta, error_kind=[err.kind for _, err in dead],
+            reason=[f"{meta['table']} @ {topic}/{partitions[i]}/{offsets[i]}: {err.reason}" for i, err in dead])
+
+
+def decode_columnar(
+    records: dict[str, list[Any]], src: SourceTable, batch_id: int, decoders: dict[str, Any]
+) -> tuple[ChangeBatch, dict[str, list[Any]]] | None:
+    """One table's raw records (all of its topic) as a columnar ``ChangeBatch`` built
+    straight from the batch decoder's columns, and the ``decode_records`` outputs of its
+    bad records (still found record by record by the decoder); None when the table's
+    format has no batch decoder (``decode_records`` then)."""
+    import pyarrow as pa
+
+    from tidemark.formats import decoder_for
+    from tidemark.formats.batch_decode import BatchDecoder, batch_decoder_for
+
+    decoder = decoders.get(src.topic)
+    if decoder is None:
+        decoder = decoders[src.topic] = batch_decoder_for(src.table, src.registry_url) or decoder_for(src.table, src.registry_url)
+    if not isinstance(decoder, BatchDecoder):
+        return None
+    decoded = decoder.decode(records["key"], records["value"], src.topic)
+    record = decoded.record
+    n = len(record)
+    positions = [
+        pa.array([batch_id] * n, pa.int64()),
+        pa.array([src.source_index] * n, pa.int64()),
+        pa.array(records["partition"], pa.int64()).take(record),
+        pa.array(records["offset"], pa.int64()).take(record),
+    ]
+    batch = ChangeBatch.from_arrow(decoded.rows, decoded.kinds, positions)
+    out: dict[str, list[Any]] = {name: [] for name in _OUTPUT_NAMES}
+    source: list[int] = []
+    meta = {"table": src.table.name, "format": decoder.spec.name}
+    _extend_dead(out, source, decoded.dead, meta, src.topic, records)
+    for name in RAW_COLUMNS:
+        out[name] = [records[name][i] for i in source]
+    return batch, out
 
 
 def decode_stream(raw, tables: list[SourceTable]):
