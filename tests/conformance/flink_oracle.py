@@ -65,6 +65,9 @@ BASE_CONFIG = {
     "restart-strategy.type": "none",
     # flush every record at once: the lockstep waits on each step, buffering only adds latency
     "execution.buffer-timeout.interval": "0 ms",
+    # Python UDFs (CREATE FUNCTION ... LANGUAGE PYTHON) run in this interpreter, which has PyFlink
+    "python.executable": sys.executable,
+    "python.client.executable": sys.executable,
 }
 
 

@@ -116,8 +116,10 @@ def flink_results(cases: list[dict], slots: int = 2, timeout_s: float = 300) -> 
         raise RuntimeError(f"Flink 2.3 is the Nexmark oracle but its python is missing ({FLINK_PYTHON}); "
                            "run `make install-flink` or set TIDEMARK_FLINK_PYTHON")
     spec = {"cases": missing, "slots": slots, "case_timeout_s": timeout_s}
+    # q14's UDF module (nexmark_udfs) is imported by Flink's Python workers from this folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([str(FLINK_PYTHON), str(ORACLE)], input=json.dumps(spec),
-                          capture_output=True, text=True, timeout=3600)
+                          capture_output=True, text=True, timeout=3600, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"flink_oracle.py exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     report = json.loads(proc.stdout)

@@ -116,6 +116,23 @@ def test_date_format_gives_flinks_text(expr):
     assert [v[1] for v in host.rows()] == DATE_FORMATS[expr]
 
 
+#: Flink 2.3's HOUR (q14 buckets bids by it) on CAST(s AS TIMESTAMP(3)) of STAMPS; NULL stays NULL
+HOURS = {"HOUR(t)": [3, None, 23], "HOUR(t) >= 8 AND HOUR(t) <= 18": [False, None, False]}
+
+
+@pytest.mark.parametrize("expr", sorted(HOURS))
+def test_hour_gives_flinks_value(expr):
+    ddl = STAMP_DDL.replace("r STRING", "r BOOLEAN" if "AND" in expr else "r BIGINT")
+    sql = f"INSERT INTO o SELECT k, {expr} FROM (SELECT k, CAST(s AS TIMESTAMP(3)) AS t FROM a) x"
+    host = ReplayHost(compile_sql(ddl + sql), clock=lambda: 0)
+    host.run_batch({"a": [Change("+I", r, (n,)) for n, r in enumerate(STAMPS)]})
+    assert [v[1] for v in host.rows()] == HOURS[expr]
+
+
+def test_hour_renders_for_spark():
+    assert to_spark_sql(_positional("HOUR(t)", ("k", "t")), ["k", "t"]) == "HOUR(`t`)"
+
+
 @pytest.mark.parametrize(
     "pattern, message",
     [("'yyyy EEE'", "'EEE' is not supported"), ("'HH''mm'", "unclosed quote"), ("s", "needs its pattern as a string literal"), ("'yyyy' || ''''", "needs its pattern as a string literal")],

@@ -198,7 +198,7 @@ CASTS = [
 
 
 DATES = [
-    "YEAR(day)", "MONTH(ts)", "EXTRACT(DAY FROM day)", "EXTRACT(HOUR FROM ts)", "DATEDIFF(day, DATE '2000-01-01')",
+    "YEAR(day)", "MONTH(ts)", "EXTRACT(DAY FROM day)", "EXTRACT(HOUR FROM ts)", "HOUR(ts)", "DATEDIFF(day, DATE '2000-01-01')",
     "DATEDIFF(ts, TIMESTAMP '2000-01-01 12:00:00')", "DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm:ss.SSS')",
     "DATE_FORMAT(ts, 'yy/MM')",
 ]  # fmt: skip
@@ -226,7 +226,7 @@ def test_filter_keeps_only_true(rows, expr):
 def test_many_projections_and_a_filter_in_one_batch():
     rows = [(1, 2, Decimal("1.25"), Decimal("0.50000"), 2.5, "a,b", "b", True, dt.date(2024, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5))]
     rows += [tuple(None for _ in NAMES)]
-    check(["i + b", "UPPER(s)", "d * e", "CASE WHEN p THEN 'y' END", "SPLIT_INDEX(s, ',', 1)"], rows, predicate="i > 0 OR s IS NULL")
+    check(["i + b", "UPPER(s)", "d * e", "CASE WHEN p THEN 'y' END", "SPLIT_INDEX(s, ',', 1)", "HOUR(ts)"], rows, predicate="i > 0 OR s IS NULL")
 
 
 def test_a_bad_cast_is_an_input_error_naming_the_row():

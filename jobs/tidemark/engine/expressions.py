@@ -436,6 +436,7 @@ class _RowGenerator(PythonGenerator):
         SplitIndex: _call("TM_SPLIT_INDEX", "this", "expression", "index"),
         DateFormat: _date_format_py,
         exp.RegexpExtract: _call("TM_REGEXP_EXTRACT", "this", "expression", "group"),
+        exp.Hour: lambda self, e: f"EXTRACT('hour', {self.sql(e.this)})",  # Flink's HOUR(ts)
         exp.Column: _column_py,
         exp.Literal: _literal_py,
         exp.Cast: _cast_py,

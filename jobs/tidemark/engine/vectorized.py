@@ -714,6 +714,9 @@ class Compiler:
     def _month(self, node: exp.Month) -> Typed:
         return self._date_part(node.this, "month", node)
 
+    def _hour(self, node: exp.Hour) -> Typed:
+        return self._date_part(node.this, "hour", node)
+
     def _extract(self, node: exp.Extract) -> Typed:
         unit = node.this.name.lower() if node.this is not None else ""
         return self._date_part(node.expression, unit, node)
@@ -737,7 +740,7 @@ class Compiler:
 #: result types of functions ``infer_type`` leaves open (the reference's Python value types)
 _RESULT_TYPES: dict[type, SqlType] = {
     DateFormat: STRING, exp.RegexpExtract: STRING, exp.Trim: STRING, exp.Left: STRING, exp.Right: STRING,
-    exp.Reverse: STRING, exp.Year: INT, exp.Month: INT, exp.Extract: INT,
+    exp.Reverse: STRING, exp.Year: INT, exp.Month: INT, exp.Hour: INT, exp.Extract: INT,
     exp.DateDiff: INT, exp.StrPosition: INT, exp.Pow: DOUBLE,
 }  # fmt: skip
 

@@ -9,7 +9,7 @@
 -- Illustrates duplicate expressions and usage of user-defined-functions.
 -- -------------------------------------------------------------------------------------------------
 
-CREATE FUNCTION count_char AS 'com.github.nexmark.flink.udf.CountChar';
+CREATE FUNCTION count_char AS 'nexmark_udfs.count_char' LANGUAGE PYTHON;
 
 CREATE TABLE nexmark_q14 (
     auction BIGINT,
