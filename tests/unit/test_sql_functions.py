@@ -129,8 +129,12 @@ def test_hour_gives_flinks_value(expr):
     assert [v[1] for v in host.rows()] == HOURS[expr]
 
 
-def test_hour_renders_for_spark():
-    assert to_spark_sql(_positional("HOUR(t)", ("k", "t")), ["k", "t"]) == "HOUR(`t`)"
+@pytest.mark.integration
+def test_spark_hour_gives_the_same_values(spark):
+    df = spark.createDataFrame(STAMPS, "k BIGINT, s STRING").selectExpr("k", "CAST(s AS TIMESTAMP) AS t")
+    for expr, expected in sorted(HOURS.items()):
+        rendered = to_spark_sql(_positional(expr, ("k", "t")), ["k", "t"])
+        assert [r[0] for r in df.orderBy("k").selectExpr(rendered).collect()] == expected, (expr, rendered)
 
 
 @pytest.mark.parametrize(
