@@ -10,8 +10,8 @@ Formats, by stage:
 
 - a stage that implements the typed state protocol below stores one Arrow IPC stream per
   bucket (zstd-compressed buffers, ``_ZSTD_LEVEL``) whose schema metadata names the stage's state kind and
-  its version, ``<kind>/<version>``: the materializer, normalize and the merge engine, whose
-  state tables are described in their modules and in docs/running.md;
+  its version, ``<kind>/<version>``; docs/running.md, "State formats", lists which stages do
+  and what their tables hold;
 - any other stage stores its ``Bucket`` pickled (``FORMAT_PICKLED``): the format the typed
   one replaces, stage by stage. docs/running.md lists which stages still use it.
 
