@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
 from tidemark.engine.batch_columns import sorted_table
 from tidemark.engine.changelog import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from tidemark.engine.kernels.frame_state import FrameState
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.rank import Rank
 
@@ -41,7 +41,7 @@ _N = "$n"  # per output identity: new count minus old count
 _EMIT_POS = "$emit"
 
 
-class RankKernel:
+class RankKernel(FrameState):
     """``process_batch`` for a ``Rank`` stage, with typed Arrow state (``state_codec``)."""
 
     state_kind = "rank"
@@ -57,17 +57,6 @@ class RankKernel:
         self._desc = [k.descending for k in stage.order]
         self._nulls_last = [not k.nulls_first for k in stage.order]
         self._types = [None if t is None else arrow_type(t) for t in stage.types]
-
-    # ------------------------------------------------------------------ typed state protocol
-
-    def empty_state(self) -> pl.DataFrame | None:
-        return None
-
-    def state_to_table(self, state: pl.DataFrame | None) -> pa.Table | None:
-        return None if state is None or state.height == 0 else state.to_arrow()
-
-    def state_from_table(self, table: pa.Table) -> pl.DataFrame:
-        return pl.from_arrow(table)
 
     # ------------------------------------------------------------------ the batch
 

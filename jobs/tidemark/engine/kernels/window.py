@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import polars as pl
-import pyarrow as pa
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import INSERT, Change
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.event_time import epoch_ms, watermark_of
+from tidemark.engine.kernels.frame_state import FrameState
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import AggCall, SumAcc
 
@@ -35,7 +35,7 @@ def _part(i: int, what: str) -> str:
     return f"a{i}_{what}"
 
 
-class WindowAggregateKernel:
+class WindowAggregateKernel(FrameState):
     """``process_batch`` and the typed state protocol (``tidemark.engine.state_codec``) for
     one ``WindowAggregate``; the state is a polars frame of open groups, or None."""
 
@@ -48,17 +48,6 @@ class WindowAggregateKernel:
         self.n_inputs = 1
         self._groups = [_group(i) for i in range(len(stage.group_by))]
         self._end = self._groups[stage.group_by.index(stage.window_end_index)]
-
-    # ------------------------------------------------------------------ state protocol
-
-    def empty_state(self) -> pl.DataFrame | None:
-        return None
-
-    def state_to_table(self, state: pl.DataFrame | None) -> pa.Table | None:
-        return None if state is None or state.height == 0 else state.to_arrow()
-
-    def state_from_table(self, table: pa.Table) -> pl.DataFrame:
-        return pl.from_arrow(table)
 
     # ------------------------------------------------------------------ the batch
 
