@@ -64,5 +64,6 @@ def test_window_aggregate_on_spark_gives_replays_table_across_a_restart(spark, k
     assert expected.table(), "windows fired"
     assert sink_table(kafka_bootstrap, pipeline, second.sink_writer_id) == expected.table()
     window_stage = next(n.name for n in pipeline.nodes if n.kind == "window_aggregate")
-    late = sum(r.counters.get(f"{window_stage}.late_records_dropped", 0) for r in reports)
-    assert late == 1
+    late = [r.counters.get(f"{window_stage}.late_records_dropped", 0) for r in reports]
+    # counted once, in the first batch after the restart: late by the watermark kept in state
+    assert late[len(first.reports)] == 1 and sum(late) == 1
