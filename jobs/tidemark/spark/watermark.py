@@ -23,3 +23,8 @@ def check_supported(pipeline: Any) -> None:
                 f"stage [{node.id}] {node.name}: window aggregation does not run on Spark yet "
                 "(it runs in `tidemark replay`); see docs/sql.md, \"Event time and windows\""
             )
+        if node.kind == "over_aggregate":
+            raise PlanError(
+                f"stage [{node.id}] {node.name}: OVER aggregation does not run on Spark yet "
+                "(it runs in `tidemark replay`); see docs/sql.md, \"OVER aggregation\""
+            )

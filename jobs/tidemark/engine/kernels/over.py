@@ -76,12 +76,15 @@ class OverKernel(FrameState):
         ready = state.filter(due)
         if ready.height == 0:
             return state, ChangeBatch(changes=[])
-        touched = ready.select(self.part).unique()
         rest = state.filter(~due)
         waiting = rest.filter(pl.col(_ROLE) == PENDING)
         kept = rest.filter(pl.col(_ROLE) != PENDING)
-        context = kept.join(touched, on=self.part, how="semi", nulls_equal=True)
-        untouched = kept.join(touched, on=self.part, how="anti", nulls_equal=True)
+        if self.part:
+            touched = ready.select(self.part).unique()
+            context = kept.join(touched, on=self.part, how="semi", nulls_equal=True)
+            untouched = kept.join(touched, on=self.part, how="anti", nulls_equal=True)
+        else:  # one partition: the whole input
+            context, untouched = kept, kept.clear()
         frame = self._windowed(pl.concat([context, ready], how="diagonal_relaxed"))
         out = self._emitted(frame.filter(pl.col(_ROLE) == PENDING))
         parts = [f for f in (untouched, waiting, self._carried(frame, after)) if f.height]
@@ -115,6 +118,10 @@ class OverKernel(FrameState):
             ctx.metrics["late_records_dropped"] += frame.height - kept.height
         return kept if kept.height else None
 
+    def _per_partition(self, e: pl.Expr) -> pl.Expr:
+        """``e`` over each partition (without PARTITION BY the whole input is one)."""
+        return e.over(self.part) if self.part else e
+
     def _pos(self, frame: pl.DataFrame) -> list[str]:
         return sorted((c for c in frame.columns if c.startswith(POS_PREFIX)), key=lambda c: int(c[len(POS_PREFIX):]))
 
@@ -126,14 +133,13 @@ class OverKernel(FrameState):
         ).sort([*self.part, _TS, *self._pos(frame)], nulls_last=False, maintain_order=True)
         frame = frame.with_columns(self._partials(frame))
         frame = frame.with_columns(
-            (pl.int_range(pl.len(), dtype=pl.Int64).over(self.part) if self.stage.frame.kind == "ROWS" else pl.col(_TS)).alias(_BY)
+            (self._per_partition(pl.int_range(pl.len(), dtype=pl.Int64)) if self.stage.frame.kind == "ROWS" else pl.col(_TS)).alias(_BY)
         )
         preceding = self.stage.frame.preceding
         size = f"{_FAR if preceding is None else preceding}i"
 
         def over(e: pl.Expr, how: str) -> pl.Expr:
-            rolled = getattr(e, f"rolling_{how}_by")(_BY, size, closed="both")
-            return rolled.over(self.part) if self.part else rolled
+            return self._per_partition(getattr(e, f"rolling_{how}_by")(_BY, size, closed="both"))
 
         results = []
         for i, call in enumerate(self.stage.calls):
@@ -194,8 +200,7 @@ class OverKernel(FrameState):
             acc = frame.group_by(self.part).agg(aggs) if self.part else frame.select(aggs)
             return acc.with_columns(pl.lit(_BEFORE_ALL, pl.Int64).alias(_TS), pl.lit(ACC, pl.Int8).alias(_ROLE))
         if self.stage.frame.kind == "ROWS":
-            last = pl.col(_BY).max().over(self.part) if self.part else pl.col(_BY).max()
-            history = raw.filter(pl.col(_BY) > last - preceding)
+            history = raw.filter(pl.col(_BY) > self._per_partition(pl.col(_BY).max()) - preceding)
         else:
             history = raw.filter(pl.col(_TS) > after - preceding)
         keep = [*self.rows, _TS, *self._pos(history)]

@@ -68,6 +68,12 @@ class OverPlanner(PlanGraph):
                 names.append(f"$over{len(projections)}")
             return projections.index(resolved)
 
+        if inp.changelog_mode != "append":
+            raise sql_error(
+                f"an OVER aggregation needs an insert-only input, and '{inp.name}' produces update and delete "
+                "changes (Flink's rule: OverAggregate doesn't support consuming update and delete changes)",
+                first,
+            )
         order = first.args["order"].expressions[0]
         time_column = self.resolve(order.this, scope)
         time_index = col_index(time_column)
@@ -78,12 +84,6 @@ class OverPlanner(PlanGraph):
                 "is not an event-time column (declare WATERMARK FOR it on its table; processing-time OVER "
                 "aggregations are not supported yet)",
                 order,
-            )
-        if inp.changelog_mode != "append":
-            raise sql_error(
-                f"an OVER aggregation needs an insert-only input, and '{inp.name}' produces update and delete "
-                "changes (Flink's rule: OverAggregate doesn't support consuming update and delete changes)",
-                first,
             )
         partition = [slot(p) for p in first.args.get("partition_by") or []]
         calls = self._calls(windows, slot)
@@ -131,7 +131,8 @@ class OverPlanner(PlanGraph):
                 side = spec.args.get("end_side") or ""
                 raise sql_error(
                     f"an OVER frame must end at CURRENT ROW, not {end if isinstance(end, str) else describe(end)} "
-                    f"{side}".rstrip() + " (Flink runs PRECEDING frames only)", spec,
+                    f"{side}".rstrip() + " (Flink runs PRECEDING frames only)",
+                    end if isinstance(end, exp.Expr) else spec,
                 )  # fmt: skip
             start, side, kind = spec.args.get("start"), spec.args.get("start_side"), spec.args["kind"].upper()
             if start == "CURRENT ROW":
