@@ -174,6 +174,28 @@ def test_an_over_aggregation_of_an_updating_input_is_refused_with_flinks_reason(
     assert (info.value.line, info.value.col) == (6, 3)
 
 
+def test_a_time_column_read_through_a_join_is_no_time_attribute_any_more():
+    """Flink 2.3 on q6 with its filter moved out: "Non-time attribute sort is not supported
+    for bounded OVER window" (its comma join's output has no time attribute)."""
+    sql = SOURCE.replace("CREATE TABLE out", "CREATE TABLE items (id BIGINT, name STRING) WITH ('format' = 'json');\n"
+                         "CREATE TABLE out") + (
+        "INSERT INTO out SELECT item, price,\n  COUNT(*) OVER (PARTITION BY item ORDER BY ts), 0, 0, 0, 0\n"
+        "FROM bids, items WHERE bids.item = items.id"
+    )
+    with pytest.raises(SqlError) as info:
+        compile_sql(sql)
+    assert str(info.value).startswith("OVER windows' ordering in stream mode must be defined on a time attribute: ts")
+    assert (info.value.line, info.value.col) == (7, 45)  # at ts
+
+
+def test_an_over_aggregation_of_a_changelog_source_is_refused():
+    sql = SOURCE.replace("'format' = 'json'", "'format' = 'debezium-json'", 1).replace(
+        "ts TIMESTAMP(3),", "ts TIMESTAMP(3), PRIMARY KEY (item) NOT ENFORCED,") + (
+        "INSERT INTO out SELECT item, price, COUNT(*) OVER (PARTITION BY item ORDER BY ts), 0, 0, 0, 0 FROM bids")
+    with pytest.raises(SqlError, match="an OVER aggregation needs an insert-only input, and 'normalize:bids'"):
+        compile_sql(sql)
+
+
 def test_the_spark_host_refuses_an_over_aggregation_before_the_job_starts():
     from tidemark.spark.watermark import check_supported
 

@@ -68,12 +68,6 @@ class OverPlanner(PlanGraph):
                 names.append(f"$over{len(projections)}")
             return projections.index(resolved)
 
-        if inp.changelog_mode != "append":
-            raise sql_error(
-                f"an OVER aggregation needs an insert-only input, and '{inp.name}' produces update and delete "
-                "changes (Flink's rule: OverAggregate doesn't support consuming update and delete changes)",
-                first,
-            )
         order = first.args["order"].expressions[0]
         time_column = self.resolve(order.this, scope)
         time_index = col_index(time_column)
@@ -81,9 +75,16 @@ class OverPlanner(PlanGraph):
         if sources is None:
             raise sql_error(
                 f"OVER windows' ordering in stream mode must be defined on a time attribute: {describe(order.this)} "
-                "is not an event-time column (declare WATERMARK FOR it on its table; processing-time OVER "
+                "is not one here (an event-time attribute is a column with WATERMARK FOR on its table, passed on "
+                "unchanged; a join or aggregate makes it an ordinary TIMESTAMP, as in Flink; processing-time OVER "
                 "aggregations are not supported yet)",
                 order,
+            )
+        if inp.changelog_mode != "append":
+            raise sql_error(
+                f"an OVER aggregation needs an insert-only input, and '{inp.name}' produces update and delete "
+                "changes (Flink's rule: OverAggregate doesn't support consuming update and delete changes)",
+                first,
             )
         partition = [slot(p) for p in first.args.get("partition_by") or []]
         calls = self._calls(windows, slot)
@@ -164,16 +165,16 @@ class OverPlanner(PlanGraph):
 
     def _time_attribute(self, node_id: int, column: int) -> set[str] | None:
         """The source tables whose watermark ``column`` of ``node_id`` carries, if it is an
-        event-time attribute passed on unchanged by calcs (a join or aggregate in between
-        makes it an ordinary TIMESTAMP, as in Flink); None if it is not one."""
+        event-time attribute passed on unchanged by calcs and ranks (a join or aggregate in
+        between makes it an ordinary TIMESTAMP, as in Flink); None if it is not one."""
         node = self.node(node_id)
         while True:
             event_time = node.detail.get("event_time")
             if event_time is not None and event_time[1] == column:
                 return self.event_time_sources(node.id)  # type: ignore[attr-defined]  (WindowPlanner)
-            if node.kind != "calc":
+            if node.kind not in ("calc", "rank"):
                 return None
-            if node.stage.projections is not None:
+            if node.kind == "calc" and node.stage.projections is not None:
                 picked = col_index(node.stage.projections[column])
                 if picked is None:
                     return None
