@@ -192,7 +192,7 @@ def test_an_over_aggregation_of_a_changelog_source_is_refused():
     sql = SOURCE.replace("'format' = 'json'", "'format' = 'debezium-json'", 1).replace(
         "ts TIMESTAMP(3),", "ts TIMESTAMP(3), PRIMARY KEY (item) NOT ENFORCED,") + (
         "INSERT INTO out SELECT item, price, COUNT(*) OVER (PARTITION BY item ORDER BY ts), 0, 0, 0, 0 FROM bids")
-    with pytest.raises(SqlError, match="an OVER aggregation needs an insert-only input, and 'normalize:bids'"):
+    with pytest.raises(SqlError, match="an OVER aggregation needs an insert-only input, and 'source:bids' produces update and delete"):
         compile_sql(sql)
 
 
