@@ -14,47 +14,24 @@ be equal; late records are covered by ``tests/unit/test_over.py``.
 from __future__ import annotations
 
 import os
-import random
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tidemark.engine.changelog import Change
-from tidemark.engine.pipeline import compile_sql
-from tidemark.engine.records import parse_row
-from tidemark.engine.replay import ReplayHost
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "nexmark"))
 import generate  # noqa: E402  (sibling module, not a package)
 import harness  # noqa: E402  (the oracle runner and row canon the Nexmark suite uses)
+from test_window_conformance import run_tidemark  # noqa: E402  (the same replay of a bids workload)
 
 pytestmark = pytest.mark.conformance
 
 FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
 SEEDS = range(1, 41) if FULL else range(1, 7)
 WORKLOADS = [generate.over_workload(s, f) for s in SEEDS for f in sorted(generate.OVER_FRAMES)]
-
-
-def run_tidemark(w: generate.Workload) -> tuple[list[list], list[int]]:
-    """The sink's rows at the end, and how many rows each batch emitted before the end."""
-    pipeline = compile_sql(w.sql)
-    host = ReplayHost(pipeline)
-    rows: Counter = Counter()
-    emitted = []
-    tdef = pipeline.sources["bids"]
-    for b in range(w.n_batches()):
-        changes = [Change(r["kind"], parse_row(tdef, r["kind"], r["row"]), (r["seq"],)) for r in w.inputs["bids"][b]]
-        random.Random(f"shuffle-{w.name}-{b}").shuffle(changes)
-        out = host.run_batch({"bids": changes}, now_ms=b)
-        emitted.append(len(out))
-        rows.update(c.row for c in out)
-    rows.update(c.row for c in host.finish(now_ms=w.n_batches()))
-    assert host.metrics["late_records_dropped"] == 0
-    return harness.canon([r for r, n in rows.items() for _ in range(n)]), emitted
 
 
 @pytest.fixture(scope="session")

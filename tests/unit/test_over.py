@@ -144,7 +144,7 @@ W = "(PARTITION BY item ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
      "OVER windows' ordering in stream mode must be defined on a time attribute: price", "price ROWS"),
     ("COUNT(*) OVER (PARTITION BY item ORDER BY ts DESC ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)",
      "OVER windows' ordering in stream mode must be ascending", "ts DESC"),
-    ("COUNT(*) OVER (PARTITION BY item)", "COUNT(*) OVER (PARTITION BY item): an OVER aggregation needs ORDER BY", "COUNT(*)"),
+    ("COUNT(*) OVER (PARTITION BY item)", "window function COUNT(*) OVER (PARTITION BY item) is not supported: an OVER aggregation needs ORDER BY", "COUNT(*)"),
     ("COUNT(*) OVER (PARTITION BY item ORDER BY ts ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING)",
      "an OVER frame must end at CURRENT ROW, not 1 FOLLOWING", "1 FOLLOWING"),
     (f"COUNT(*) OVER {W}, SUM(price) OVER (PARTITION BY item ORDER BY ts)",

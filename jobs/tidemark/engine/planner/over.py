@@ -118,8 +118,9 @@ class OverPlanner(PlanGraph):
         order = w.args.get("order")
         if order is None or len(order.expressions) != 1:
             raise sql_error(
-                f"{describe(w)}: an OVER aggregation needs ORDER BY exactly one time attribute", w
-            )
+                f"window function {describe(w)} is not supported: an OVER aggregation needs ORDER BY "
+                "exactly one time attribute (Flink's rule)", w,
+            )  # fmt: skip
         ordered = order.expressions[0]
         if ordered.args.get("desc"):
             raise sql_error("OVER windows' ordering in stream mode must be ascending on a time attribute", ordered)
