@@ -188,6 +188,13 @@ def test_a_time_column_read_through_a_join_is_no_time_attribute_any_more():
     assert (info.value.line, info.value.col) == (7, 45)  # at ts
 
 
+def test_a_processing_time_order_is_refused_by_name():
+    sql = SOURCE.replace("ts TIMESTAMP(3),", "ts TIMESTAMP(3), proc AS PROCTIME(),") + (
+        "INSERT INTO out SELECT item, price, COUNT(*) OVER (PARTITION BY item ORDER BY proc), 0, 0, 0, 0 FROM bids")
+    with pytest.raises(SqlError, match=r"OVER \.\.\. ORDER BY proc: processing-time OVER aggregations are not supported yet"):
+        compile_sql(sql)
+
+
 def test_an_over_aggregation_of_a_changelog_source_is_refused():
     sql = SOURCE.replace("'format' = 'json'", "'format' = 'debezium-json'", 1).replace(
         "ts TIMESTAMP(3),", "ts TIMESTAMP(3), PRIMARY KEY (item) NOT ENFORCED,") + (

@@ -69,6 +69,14 @@ class OverPlanner(PlanGraph):
             return projections.index(resolved)
 
         order = first.args["order"].expressions[0]
+        if isinstance(order.this, exp.Column) and order.this.name.lower() in {
+            a.lower() for a in self.script.proctime.values()
+        }:
+            raise sql_error(
+                f"OVER ... ORDER BY {order.this.name}: processing-time OVER aggregations are not supported yet "
+                "(order by an event-time attribute: a column with WATERMARK FOR on its table)",
+                order,
+            )
         time_column = self.resolve(order.this, scope)
         time_index = col_index(time_column)
         sources = self._time_attribute(input_id, time_index) if time_index is not None else None
