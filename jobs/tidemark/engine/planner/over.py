@@ -57,7 +57,6 @@ class OverPlanner(PlanGraph):
                     "all OVER aggregations of one SELECT must be computed on the same window "
                     f"(Flink's rule); {describe(w)} differs from the first", w,
                 )  # fmt: skip
-        inp = self.node(input_id)
         projections = [col_ref(i) for i in range(scope.width)]
         names = list(scope.names)
 
@@ -68,32 +67,7 @@ class OverPlanner(PlanGraph):
                 names.append(f"$over{len(projections)}")
             return projections.index(resolved)
 
-        order = first.args["order"].expressions[0]
-        if isinstance(order.this, exp.Column) and order.this.name.lower() in {
-            a.lower() for a in self.script.proctime.values()
-        }:
-            raise sql_error(
-                f"OVER ... ORDER BY {order.this.name}: processing-time OVER aggregations are not supported yet "
-                "(order by an event-time attribute: a column with WATERMARK FOR on its table)",
-                order,
-            )
-        time_column = self.resolve(order.this, scope)
-        time_index = col_index(time_column)
-        sources = self._time_attribute(input_id, time_index) if time_index is not None else None
-        if sources is None:
-            raise sql_error(
-                f"OVER windows' ordering in stream mode must be defined on a time attribute: {describe(order.this)} "
-                "is not one here (an event-time attribute is a column with WATERMARK FOR on its table, passed on "
-                "unchanged; a join or aggregate makes it an ordinary TIMESTAMP, as in Flink; processing-time OVER "
-                "aggregations are not supported yet)",
-                order,
-            )
-        if inp.changelog_mode != "append":
-            raise sql_error(
-                f"an OVER aggregation needs an insert-only input, and '{inp.name}' produces update and delete "
-                "changes (Flink's rule: OverAggregate doesn't support consuming update and delete changes)",
-                first,
-            )
+        time_index, sources = self._time_order(first, scope, input_id)
         partition = [slot(p) for p in first.args.get("partition_by") or []]
         calls = self._calls(windows, slot)
         calc_id = self.calc(input_id, projections, predicate, unique_names(names), purpose="over input")
@@ -118,6 +92,37 @@ class OverPlanner(PlanGraph):
         return self.calc(node.id, out, None, unique_names(out_names), purpose="select")
 
     # ------------------------------------------------------------------ helpers
+
+    def _time_order(self, window: exp.Window, scope: Scope, input_id: int) -> tuple[int, set[str]]:
+        """The ORDER BY column (an input position) and the sources whose watermark it carries,
+        checked as Flink checks them: an event-time attribute, over an insert-only input."""
+        order = window.args["order"].expressions[0]
+        if isinstance(order.this, exp.Column) and order.this.name.lower() in {
+            a.lower() for a in self.script.proctime.values()
+        }:
+            raise sql_error(
+                f"OVER ... ORDER BY {order.this.name}: processing-time OVER aggregations are not supported yet "
+                "(order by an event-time attribute: a column with WATERMARK FOR on its table)",
+                order,
+            )
+        time_index = col_index(self.resolve(order.this, scope))
+        sources = self._time_attribute(input_id, time_index) if time_index is not None else None
+        if time_index is None or sources is None:
+            raise sql_error(
+                f"OVER windows' ordering in stream mode must be defined on a time attribute: {describe(order.this)} "
+                "is not one here (an event-time attribute is a column with WATERMARK FOR on its table, passed on "
+                "unchanged; a join or aggregate makes it an ordinary TIMESTAMP, as in Flink; processing-time OVER "
+                "aggregations are not supported yet)",
+                order,
+            )
+        inp = self.node(input_id)
+        if inp.changelog_mode != "append":
+            raise sql_error(
+                f"an OVER aggregation needs an insert-only input, and '{inp.name}' produces update and delete "
+                "changes (Flink's rule: OverAggregate doesn't support consuming update and delete changes)",
+                window,
+            )
+        return time_index, sources
 
     def _window_shape(self, w: exp.Window) -> tuple:
         """What makes two OVER items one window: partition, order and frame (checked here)."""
