@@ -13,24 +13,20 @@ be equal; late records are covered by ``tests/unit/test_over.py``.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
-
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "nexmark"))
 import generate  # noqa: E402  (sibling module, not a package)
 import harness  # noqa: E402  (the oracle runner and row canon the Nexmark suite uses)
-from test_window_conformance import run_tidemark  # noqa: E402  (the same replay of a bids workload)
+from test_window_conformance import SEEDS, run_tidemark  # noqa: E402  (the same seeds and replay of bids)
 
 pytestmark = pytest.mark.conformance
 
-FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
-SEEDS = range(1, 41) if FULL else range(1, 7)
 WORKLOADS = [generate.over_workload(s, f) for s in SEEDS for f in sorted(generate.OVER_FRAMES)]
 
 
