@@ -1044,3 +1044,39 @@ def _ms_text(ms: int) -> str:
 
     t = datetime(1970, 1, 1) + timedelta(milliseconds=ms)
     return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
+
+
+# --------------------------------------------------------------------------------------------
+# OVER aggregation on event time (append-only input, disorder within the watermark delay)
+# --------------------------------------------------------------------------------------------
+
+#: frame name -> the OVER frame (all of them end at the current row, as Flink requires)
+OVER_FRAMES = {
+    "rows": "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
+    "range": "RANGE BETWEEN INTERVAL '2' SECOND PRECEDING AND CURRENT ROW",
+    "rows_unbounded": "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+    "range_unbounded": "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+}
+
+
+def over_workload(seed: int, frame: str) -> Workload:
+    """The bids of ``window_workload`` (out of order, never late; equal event times happen:
+    the clock moves in whole 100 ms steps) under an OVER aggregation per item with ``frame``
+    (one of ``OVER_FRAMES``), a computed column and a filter in front."""
+    base = window_workload(seed, "tumble")
+    rng = random.Random(f"tidemark-over-conformance-{seed}")
+    for batch in base.inputs["bids"]:
+        for rec in batch:  # coarser times, so rows of one item share one
+            rec["row"]["ts"] = rec["row"]["ts"][:-2] + "00"
+            rec["row"]["item"] = rng.randint(1, 3)
+    window = f"(PARTITION BY item ORDER BY ts {OVER_FRAMES[frame]})"
+    calls = ", ".join(f"{call} OVER {window}" for call in
+                      ("COUNT(*)", "COUNT(price)", "SUM(doubled)", "MIN(price)", "MAX(price)", "AVG(price)"))
+    sql = "\n".join([
+        base.sql.split("\n")[0],
+        "CREATE TABLE per_row (item BIGINT, price BIGINT, ts TIMESTAMP(3), n BIGINT, priced BIGINT, "
+        "total BIGINT, lo BIGINT, hi BIGINT, av BIGINT) WITH ('topic' = 'pr', 'format' = 'changelog-json');",
+        f"INSERT INTO per_row SELECT item, price, ts, {calls} FROM bids WHERE item <> 3 OR price > 10;",
+    ])
+    return Workload(name=f"over-{frame}-{seed}", shape=f"over_{frame}", strategy="", seed=seed,
+                    sql=sql, inputs=base.inputs, conflicts="none")

@@ -2,7 +2,7 @@
 changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
-``select``, ``join``, ``lookup``, ``aggregate``, ``rank`` and ``union`` build stages, ``window``
+``select``, ``join``, ``lookup``, ``aggregate``, ``rank``, ``over`` and ``union`` build stages, ``window``
 event time and windows, ``sink`` applies the sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
@@ -14,6 +14,7 @@ from tidemark.engine.planner.aggregate import AggregatePlanner
 from tidemark.engine.planner.join import JoinPlanner
 from tidemark.engine.planner.lookup import LookupPlanner
 from tidemark.engine.planner.node import Node, format_key
+from tidemark.engine.planner.over import OverPlanner
 from tidemark.engine.planner.rank import RankPlanner
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
@@ -24,7 +25,8 @@ __all__ = ["Node", "Planner", "format_key"]
 
 
 class Planner(
-    WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, UnionPlanner, SinkPlanner
+    WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, OverPlanner, UnionPlanner,
+    SinkPlanner,
 ):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 
