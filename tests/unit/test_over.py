@@ -13,7 +13,7 @@ import pytest
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.errors import PlanError, SqlError
+from tidemark.engine.errors import SqlError
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.engine.stage import BatchContext
@@ -201,10 +201,3 @@ def test_an_over_aggregation_of_a_changelog_source_is_refused():
         "INSERT INTO out SELECT item, price, COUNT(*) OVER (PARTITION BY item ORDER BY ts), 0, 0, 0, 0 FROM bids")
     with pytest.raises(SqlError, match="an OVER aggregation needs an insert-only input, and 'source:bids' produces update and delete"):
         compile_sql(sql)
-
-
-def test_the_spark_host_refuses_an_over_aggregation_before_the_job_starts():
-    from tidemark.spark.watermark import check_supported
-
-    with pytest.raises(PlanError, match=r"stage \[\d+\] over#\d+: OVER aggregation does not run on Spark yet"):
-        check_supported(compile_sql(over("")))

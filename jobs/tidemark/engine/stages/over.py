@@ -107,6 +107,11 @@ class OverAggregate:
     def width(self) -> int:
         return len(self.types)
 
+    @property
+    def watermark_sources(self) -> tuple[str, ...]:
+        """What makes it an event-time stage to a host (``tidemark.spark.event_clock``)."""
+        return self.sources
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         return tuple(change.row[i] for i in self.partition)
 
