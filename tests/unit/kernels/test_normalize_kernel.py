@@ -22,7 +22,7 @@ from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
-from tidemark.engine.kernels.normalize import NormalizeKernel
+from tidemark.engine.kernels.normalize import KERNEL_MIN_CHANGES, NormalizeKernel
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.normalize import KERNEL_ENV, Normalize
 from tidemark.engine.types import parse_type
@@ -71,6 +71,7 @@ class StoredHost:
 def test_the_kernel_is_what_the_stage_runs_unless_turned_off(monkeypatch):
     stage = normalize()
     assert isinstance(batch_stage(stage), NormalizeKernel)
+    assert batch_stage(stage).min_changes == KERNEL_MIN_CHANGES
     assert state_codec.format_of(stage) == "normalize-last-row/1"
     monkeypatch.setenv(KERNEL_ENV, "0")
     assert isinstance(batch_stage(stage), PerKeyAdapter)
@@ -136,12 +137,14 @@ RECORDS = st.lists(
 )
 def test_kernel_equals_the_per_key_stage(batches, pk, compared):
     """Per batch: whether the stored host runs the kernel, and whether the batch arrives as
-    Arrow columns (the Spark host's form) or ``Change`` tuples (the replay host's)."""
+    Arrow columns (the Spark host's form) or ``Change`` tuples (the replay host's). A bucket
+    kept in memory runs through both paths too, as the replay host's would."""
     if compared is not None and not set(pk) <= set(compared):
         compared = tuple(sorted({*compared, *pk}))
     stage = normalize(pk=pk, compared=compared)
     reference, ref_bucket, ref_metrics = PerKeyAdapter(stage), Bucket(), Counter()
     host = StoredHost(stage)
+    in_memory = Bucket()  # the replay host's: one bucket kept between batches, never stored
     schema = pa.schema([(n, pa.int64() if t.name == "BIGINT" else pa.string() if t.name == "STRING" else pa.int32()) for n, t in COLUMNS])
     for records, kernel, columnar in batches:
         changes = [Change(kind, (i, g, v), pos) for kind, i, g, v, pos in records]
@@ -149,6 +152,9 @@ def test_kernel_equals_the_per_key_stage(batches, pk, compared):
         batch = ChangeBatch.from_table(ChangeBatch.from_changes(changes, schema).table()) if columnar else ChangeBatch(changes=list(changes))
         got = host.run(batch, kernel=kernel)
         assert per_key_view(stage, got) == per_key_view(stage, want.changes())
+        in_memory, got = (host.kernel if columnar else host.per_key).process_batch([batch], in_memory, BatchContext())
+        assert per_key_view(stage, got.changes()) == per_key_view(stage, want.changes())
+        assert in_memory.states == ref_bucket.states
         assert state_codec.decode_state(stage, host.stored).states == ref_bucket.states
     assert +host.metrics == +ref_metrics
 

@@ -18,11 +18,15 @@ each element, with ``prev`` the element before it in its key's sequence:
 - the key's new state is the current row after its last element, none after a delete.
 
 State: the stage's own ``normalize-last-row/1`` table, one ``row`` struct per key, read and
-written as a table (``TableBucket``), so a checkpoint is the same whichever path wrote it.
+written as a table (``TableBucket``), so a checkpoint is the same whichever path wrote it and
+the keys a batch does not touch cost no Python. A bucket the per-key path left as a dict
+(the replay host keeps one bucket between batches) is turned back into its table first.
 The kernel runs when the batch and the stored rows are typed as the stage's columns;
 anything else (a stage without column types, a value stored pickled, a batch of ``Change``
 tuples holding DECIMALs, whose scale an Arrow column would change) takes the per-key path,
-which reads the bucket as a dict.
+which reads the bucket as a dict. So does a batch of fewer than ``min_changes`` changes:
+there the polars plan's fixed cost is more than the per-key loop
+(``tests/bench/bench_normalize_kernel.py``; docs/running.md).
 
 Values compare as Arrow compares them, which matches Python's ``==`` on the planner's types
 except for NaN: one NaN equals another here, as in Flink's binary rows, so an upsert of a
@@ -49,20 +53,29 @@ from tidemark.engine.stage import BatchContext
 if TYPE_CHECKING:
     from tidemark.engine.stages.normalize import Normalize
 
+#: below this many changes a call costs less per key than the kernel's fixed polars cost
+#: (docs/running.md, "The normalize batch kernel": a state bucket on the Spark host gets a
+#: few hundred changes per batch at W2's size)
+KERNEL_MIN_CHANGES = 1500
 _E = "$e"  # the element's index in the sequence (stored rows first, then the sorted batch)
 _DEL = "$del"
 _STORED = "$stored"
 _ABSENT = "$absent"  # no row before this element
 _EFFECTIVE = "$eff"
-_BEFORE = "$before"  # the element holding the current row before this one
+_R = "$r"  # the element's row in the sequence sorted by key
+_START = "$start"  # the key's first element
+_BEFORE = "$before"  # the row (``_R``) holding the current row before this element
+_AFTER = "$after"  # on a key's last element: the row holding the current row after it
 _ORDER = "$o"  # a retraction before the add of one update
 
 
 class NormalizeKernel:
     """``process_batch`` for a ``Normalize`` stage (module docstring)."""
 
-    def __init__(self, stage: Normalize) -> None:
+    def __init__(self, stage: Normalize, min_changes: int = 0) -> None:
+        """``min_changes``: a smaller batch takes the per-key path (``KERNEL_MIN_CHANGES``)."""
         self.stage = stage
+        self.min_changes = min_changes
         self.name = stage.name
         self.n_inputs = 1
         self._per_key = PerKeyAdapter(stage)
@@ -76,19 +89,22 @@ class NormalizeKernel:
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch]:
         batch = inputs[0]
+        if len(batch) < self.min_changes:
+            return self._per_key.process_batch(inputs, state, ctx)
         table = self._typed_batch(batch)
         stored = None if table is None else self._stored(state)
         if stored is None:
             return self._per_key.process_batch(inputs, state, ctx)
         if table.num_rows == 0:
             return state, ChangeBatch(changes=[])
-        seq = self._sequence(table, stored)
-        missing = seq.filter(pl.col(_E).first().over(self.key).eq(pl.col(_E)) & ~pl.col(_STORED))
+        seq = self._sequence(table, stored.lazy())
         out = self._emitted(seq)
-        quiet = missing.join(out.select(self.key).unique(), on=self.key, how="anti", nulls_equal=True).height
-        if quiet:  # tombstones for keys never seen (the per-key stage's docstring)
-            ctx.metrics["retractions_without_state"] += quiet
-        new_state = self._new_state(seq, stored)
+        quiet = seq.filter(pl.col(_START) & ~pl.col(_STORED)).join(
+            out.select(self.key).unique(), on=self.key, how="anti", nulls_equal=True
+        )
+        out, new_state, quiet = pl.collect_all([out, self._new_state(seq, stored.lazy()), quiet.select(pl.len())])
+        if quiet.item():  # tombstones for keys never seen (the per-key stage's docstring)
+            ctx.metrics["retractions_without_state"] += quiet.item()
         return self._bucket(new_state), ChangeBatch.from_table(self._batch_table(out, table))
 
     # ------------------------------------------------------------------ inputs
@@ -113,46 +129,56 @@ class NormalizeKernel:
 
     def _stored(self, state: Bucket) -> pl.DataFrame | None:
         """The bucket's rows as columns ``c0``...; None when they are not typed as the
-        stage's columns (or are held as a dict with entries: the per-key path's)."""
-        if isinstance(state, TableBucket) and state.table is not None:
-            row = state.table.column("row")
-            if row.type != pa.struct(list(zip(self.schema.names, self.schema.types))):
-                return None
-            return pl.from_arrow(pa.Table.from_struct_array(row.combine_chunks()).rename_columns(self.rows))
-        if state.states:
+        stage's columns. A bucket the per-key path holds as a dict (the replay host keeps
+        its bucket between batches) is written as its stored table first."""
+        table = state.table if isinstance(state, TableBucket) else None
+        if table is None:
+            if not state.states:
+                return pl.from_arrow(self.schema.empty_table().rename_columns(self.rows))
+            table = self.stage.state_to_table(state)
+        row = table.column("row")
+        if row.type != pa.struct(list(zip(self.schema.names, self.schema.types))):
             return None
-        return pl.from_arrow(self.schema.empty_table().rename_columns(self.rows))
+        return pl.from_arrow(pa.Table.from_struct_array(row.combine_chunks()).rename_columns(self.rows))
 
     # ------------------------------------------------------------------ the arithmetic
 
-    def _sequence(self, table: pa.Table, stored: pl.DataFrame) -> pl.DataFrame:
+    def _sequence(self, table: pa.Table, stored: pl.LazyFrame) -> pl.LazyFrame:
         """Per touched key its stored row, then its records in the canonical order, with
-        the flags of the module docstring."""
+        the flags of the module docstring. Sorted by key (a key's elements are neighbours),
+        so "the element before" is the row before, within the key's run: no window
+        expression per key."""
         pos = [c for c in table.column_names if c.startswith(POS_PREFIX)]
         names = [c for c in table.column_names if not c.startswith("$")]
         records = (
             pl.from_arrow(sorted_table(table))
+            .lazy()
             .filter(pl.col(KIND) != UPDATE_BEFORE)
             .rename(dict(zip(names, self.rows)))
             .select(*self.rows, *pos, (pl.col(KIND) == DELETE).alias(_DEL), pl.lit(False).alias(_STORED))
         )
         touched = stored.join(records.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
         seq = pl.concat([touched.with_columns(pl.lit(False).alias(_DEL), pl.lit(True).alias(_STORED)), records], how="diagonal")
-        seq = seq.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(_E))
-        prev_del = pl.col(_DEL).shift(1).over(self.key)
-        absent = prev_del.is_null() | prev_del
-        same = pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(1).over(self.key)) for c in self.compared])
+        seq = seq.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(_E)).sort(*self.key, _E, nulls_last=False)
+        row = pl.int_range(pl.len(), dtype=pl.Int64)
+        start = (row == 0) | ~pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(1)) for c in self.key])
+        seq = seq.with_columns(row.alias(_R), start.alias(_START))
+        absent = pl.col(_START) | pl.col(_DEL).shift(1)
+        same = pl.all_horizontal([pl.col(c).eq_missing(pl.col(c).shift(1)) for c in self.compared])
         seq = seq.with_columns(absent.alias(_ABSENT), (pl.col(_STORED) | ~pl.col(_DEL) & (absent | ~same)).alias(_EFFECTIVE))
-        holder = pl.when(pl.col(_EFFECTIVE) | pl.col(_DEL)).then(pl.col(_E))
-        return seq.with_columns(holder.forward_fill().shift(1).over(self.key).alias(_BEFORE))
+        holder = pl.when(pl.col(_EFFECTIVE) | pl.col(_DEL)).then(pl.col(_R)).forward_fill()
+        last = pl.col(_START).shift(-1).fill_null(True)
+        return seq.with_columns(
+            pl.when(~pl.col(_START)).then(holder.shift(1)).alias(_BEFORE),
+            pl.when(last).then(holder).alias(_AFTER),
+        )
 
-    def _emitted(self, seq: pl.DataFrame) -> pl.DataFrame:
+    def _emitted(self, seq: pl.LazyFrame) -> pl.LazyFrame:
         """The changes, in the sequence's order: per element its retraction (the current
         row before it, at the element's position), then its add."""
         records = ~pl.col(_STORED)
-        retracts = seq.filter(records & ~pl.col(_ABSENT) & (pl.col(_DEL) | pl.col(_EFFECTIVE)))
-        before = seq.select(self.rows)[retracts.get_column(_BEFORE)]
-        retracts = retracts.drop(self.rows).hstack(before).with_columns(
+        retracts = seq.filter(records & ~pl.col(_ABSENT) & (pl.col(_DEL) | pl.col(_EFFECTIVE))).drop(self.rows)
+        retracts = retracts.join(seq.select(*self.rows, pl.col(_R).alias(_BEFORE)), on=_BEFORE).with_columns(
             pl.when(pl.col(_DEL)).then(pl.lit(DELETE)).otherwise(pl.lit(UPDATE_BEFORE)).alias(KIND),
             pl.lit(-1, pl.Int64).alias(WEIGHT),
             pl.lit(0).alias(_ORDER),
@@ -162,17 +188,16 @@ class NormalizeKernel:
             pl.lit(1, pl.Int64).alias(WEIGHT),
             pl.lit(1).alias(_ORDER),
         )
-        return pl.concat([retracts.select(adds.columns), adds]).sort(_E, _ORDER)
+        columns = adds.collect_schema().names()
+        return pl.concat([retracts.select(columns), adds]).sort(_E, _ORDER)
 
-    def _new_state(self, seq: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
+    def _new_state(self, seq: pl.LazyFrame, stored: pl.LazyFrame) -> pl.LazyFrame:
         """Untouched keys' stored rows, then per touched key the current row after its last
         element (none after a delete)."""
-        holder = pl.when(pl.col(_EFFECTIVE) | pl.col(_DEL)).then(pl.col(_E))
-        last = seq.group_by(self.key, maintain_order=True).agg(holder.forward_fill().last().alias(_BEFORE))
-        last = last.filter(pl.col(_BEFORE).is_not_null())
-        current = seq.filter(~pl.col(_DEL)).select(*self.rows, _E).join(last.select(_BEFORE), left_on=_E, right_on=_BEFORE)
-        kept = stored.join(seq.select(self.key).unique(), on=self.key, how="anti", nulls_equal=True)
-        return pl.concat([kept, current.select(self.rows)])
+        after = seq.select(_AFTER).drop_nulls()
+        current = seq.filter(~pl.col(_DEL)).join(after, left_on=_R, right_on=_AFTER).select(self.rows)
+        kept = stored.join(seq.filter(pl.col(_START)).select(self.key), on=self.key, how="anti", nulls_equal=True)
+        return pl.concat([kept, current])
 
     # ------------------------------------------------------------------ outputs
 

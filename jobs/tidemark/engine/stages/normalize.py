@@ -128,9 +128,9 @@ class Normalize:
         ``TIDEMARK_NORMALIZE_KERNEL=0`` asks for the per-key path."""
         if os.environ.get(KERNEL_ENV, "1") == "0":
             return PerKeyAdapter(self)
-        from tidemark.engine.kernels.normalize import NormalizeKernel
+        from tidemark.engine.kernels.normalize import KERNEL_MIN_CHANGES, NormalizeKernel
 
-        return NormalizeKernel(self)
+        return NormalizeKernel(self, min_changes=KERNEL_MIN_CHANGES)
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: tuple | None, ctx: BatchContext
