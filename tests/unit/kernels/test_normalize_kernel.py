@@ -169,3 +169,9 @@ def test_stored_state_is_the_same_table_whichever_path_wrote_it(kernel):
     assert sorted(table.column("row").to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "grp": "a", "v": None}, {"id": 2, "grp": None, "v": 3},
     ]  # fmt: skip
+
+
+def test_a_row_of_another_width_is_refused_as_the_per_key_stage_refuses_it():
+    kernel = NormalizeKernel(normalize())
+    with pytest.raises(ValueError, match=r"^normalize:t: row \(1, 'a'\) has 2 columns, expected 3$"):
+        kernel.process_batch([ChangeBatch(changes=[c("+I", 1, "a", pos=1)])], Bucket(), BatchContext())
