@@ -127,3 +127,10 @@ def test_a_single_insert_plans_as_before():
     assert [t.table.name for t in p.sinks] == ["big_orders"]
     assert p.explain_text().startswith("Pipeline INSERT INTO big_orders\n")
     assert "shared by" not in p.explain_text()
+
+
+def test_two_sinks_of_a_set_on_one_topic_are_refused():
+    sql = TABLES.replace("WITH ('format' = 'changelog-json');\nCREATE TABLE by_amount",
+                         "WITH ('format' = 'changelog-json', 'topic' = 'big_orders');\nCREATE TABLE by_amount")
+    with pytest.raises(SqlError, match="tables 'big_orders' and 'totals' of the statement set both write topic 'big_orders'"):
+        compile_sql(sql + SET)

@@ -67,6 +67,17 @@ class SinkPlanner(PlanGraph):
                     ins.node.this,
                 )
             written[key] = ins
+        topics: dict[str, str] = {}
+        for ins in self.script.inserts:
+            sink = self.script.table(ins.table)
+            topic = sink.options.get("topic", sink.name) if sink is not None else ins.table
+            if topic in topics:
+                raise sql_error(
+                    f"tables '{topics[topic]}' and '{ins.table}' of the statement set both write topic "
+                    f"'{topic}'; a topic has one writer",
+                    ins.node.this,
+                )
+            topics[topic] = ins.table
         for ins in self.script.inserts:
             for name in self._read_tables(ins.query):
                 other = written.get(name.lower())
