@@ -18,7 +18,10 @@ Tidemark uses for "latest". It writes on stdout::
       "steps": [[row, ...] after batch 1, ...], "final": [row, ...], "changelog": [...]}]}
 
 where a row is a JSON list in the sink's column order and ``steps[i]`` is the sink table after
-batch ``i+1`` (rows sorted), and ``final`` the table at the end of input. ``ok`` is false when Flink rejected the SQL or the job failed (e.g.
+batch ``i+1`` (rows sorted), and ``final`` the table at the end of input. A case whose SQL is a
+statement set (``EXECUTE STATEMENT SET BEGIN INSERT ...; INSERT ...; END;``) runs as one Flink
+job through the ``StatementSet`` API, and its result adds ``"sinks": {table: {"steps", "final"}}``
+(the top-level ``steps``/``final`` are the first sink's); the lockstep waits for every sink. ``ok`` is false when Flink rejected the SQL or the job failed (e.g.
 ``ON CONFLICT DO ERROR``); ``steps`` then holds the batches completed before the failure.
 
 How it stays deterministic (see ``docs/conformance.md``): every table of the SQL is re-pointed
@@ -118,6 +121,9 @@ _PASSTHROUGH_RE = re.compile(r"^\s*CREATE\s+(?:TEMPORARY\s+)?(?:VIEW|FUNCTION)\b
 #: a computed column (``name AS expr``) in a column list: Flink computes it, the input has none
 _COMPUTED_RE = re.compile(r"[(,]\s*" + _IDENT + r"\s+AS\s", re.I)
 _CONFLICT_RE = re.compile(r"\bON\s+CONFLICT\s+DO\s+(NOTHING|ERROR|DEDUPLICATE)\b", re.I)
+#: the head of a statement set, in front of its first INSERT (or alone: Flink's client form)
+_SET_BEGIN_RE = re.compile(r"^\s*(?:EXECUTE\s+STATEMENT\s+SET\s+BEGIN|BEGIN\s+STATEMENT\s+SET)\b", re.I)
+_END_RE = re.compile(r"^\s*END\s*$", re.I)
 
 
 def _unquote(name: str) -> str:
@@ -169,8 +175,16 @@ def parse_case_sql(sql: str) -> dict[str, Any]:
     sets: dict[str, str] = {}
     creates: dict[str, str] = {}
     passthrough: list[str] = []
-    insert = None
+    inserts: list[tuple[str, str]] = []
+    statement_set = False
     for stmt in split_statements(sql):
+        if m := _SET_BEGIN_RE.match(stmt):
+            statement_set = True
+            stmt = stmt[m.end():]
+            if not stmt.strip():
+                continue
+        if _END_RE.match(stmt):
+            continue
         if m := _SET_RE.match(stmt):
             sets[m.group(1)] = m.group(2)
         elif m := _CREATE_RE.match(stmt):
@@ -178,24 +192,28 @@ def parse_case_sql(sql: str) -> dict[str, Any]:
         elif _PASSTHROUGH_RE.match(stmt):
             passthrough.append(stmt)
         elif m := _INSERT_RE.match(stmt):
-            if insert is not None:
-                raise SpecError("more than one INSERT statement")
-            insert = (_unquote(m.group(1)), stmt)
+            if inserts and not statement_set:
+                raise SpecError("more than one INSERT statement outside a statement set")
+            inserts.append((_unquote(m.group(1)), stmt))
         else:
             raise SpecError(f"unsupported statement: {stmt[:80]}")
-    if insert is None:
+    if not inserts:
         raise SpecError("no INSERT INTO statement")
-    sink, insert_stmt = insert
-    if sink not in creates:
-        raise SpecError(f"INSERT INTO {sink}: table not created")
-    conflict = _CONFLICT_RE.search(insert_stmt)
+    for sink, _ in inserts:
+        if sink not in creates:
+            raise SpecError(f"INSERT INTO {sink}: table not created")
+    strategies = {c.group(1).upper() for _, stmt in inserts if (c := _CONFLICT_RE.search(stmt))}
     return {
         "sets": sets,
         "creates": creates,
         "passthrough": passthrough,
-        "sink": sink,
-        "insert": insert_stmt,
-        "strategy": conflict.group(1).upper() if conflict else None,
+        "sink": inserts[0][0],
+        "insert": inserts[0][1],
+        "sinks": [name for name, _ in inserts],
+        "inserts": [stmt for _, stmt in inserts],
+        "statement_set": statement_set,
+        # sources need watermarks when any INSERT's strategy does
+        "strategy": next((s for s in ("NOTHING", "ERROR", "DEDUPLICATE") if s in strategies), None),
     }
 
 
@@ -374,14 +392,21 @@ class Oracle:
             res["error"] = _java_error(e)
             return {"result": res}
         try:
-            table_result = t.execute_sql(parsed["insert"])
+            if parsed["statement_set"]:
+                statement_set = t.create_statement_set()
+                for stmt in parsed["inserts"]:
+                    statement_set.add_insert_sql(stmt)
+                table_result = statement_set.execute()
+            else:
+                table_result = t.execute_sql(parsed["insert"])
             future = table_result.get_job_client()._j_job_client.getJobExecutionResult()
         except Exception as e:  # rejected by the optimizer (e.g. missing ON CONFLICT)
             self._forget(oracle_id)
             res["error"] = _java_error(e)
             return {"result": res}
         return {"case": case, "result": res, "oracle_id": oracle_id, "future": future,
-                "client": table_result.get_job_client(), "started": time.time()}
+                "client": table_result.get_job_client(), "started": time.time(),
+                "sinks": parsed["sinks"] if parsed["statement_set"] else None}
 
     def poll(self, job: dict, timeout_s: float) -> dict | None:
         """The case's result once its job has ended (or timed out), else None."""
@@ -400,7 +425,7 @@ class Oracle:
                 future.get()
             except Exception as e:  # the job failed, e.g. ON CONFLICT DO ERROR
                 error = _java_error(e)
-        self._collect(job["oracle_id"], job["n_batches"], res, error)
+        self._collect(job["oracle_id"], job["n_batches"], res, error, job["sinks"])
         return res
 
     def _forget(self, oracle_id: str) -> None:
@@ -418,34 +443,49 @@ class Oracle:
         modes, columns = {}, {}
         for name, stmt in parsed["creates"].items():
             opts = {"connector": "tidemark-oracle", "case": oracle_id}
-            if name != parsed["sink"]:
+            source = name not in parsed["sinks"]
+            if source:
                 modes[name] = changelog_mode(stmt)
                 opts.update({"table": name, "changelog-mode": modes[name]})
-            t.execute_sql(rewrite_create_table(stmt, opts, needs_wm and name != parsed["sink"]))
-            if name != parsed["sink"]:
+            t.execute_sql(rewrite_create_table(stmt, opts, needs_wm and source))
+            if source:
                 # the columns a record carries: computed ones (ROWTIME among them) are not
                 resolved = t.from_path(name)._j_table.getResolvedSchema()
                 columns[name] = [c.getName() for c in resolved.getColumns() if c.isPhysical()]
         for stmt in parsed["passthrough"]:
             t.execute_sql(stmt)
         script = build_script(case["id"], case.get("inputs", {}), columns, modes)
+        if parsed["statement_set"]:
+            script["sinks"] = parsed["sinks"]
         case["_n_batches"] = len(script["batches"])
         self._coord.register(oracle_id, json.dumps(script))
         return oracle_id
 
-    def _collect(self, oracle_id: str, n_batches: int, res: dict, job_error: str | None) -> None:
+    def _collect(self, oracle_id: str, n_batches: int, res: dict, job_error: str | None,
+                 sinks: list[str] | None = None) -> None:
         res["phase"] = "run"
         raw = json.loads(self._coord.takeResult(oracle_id))
-        snaps = raw["snapshots"]
-        res["steps"] = [sorted(s["table"], key=_sort_key) for s in snaps if 0 < s["watermark"] <= n_batches]
         res["changelog"] = raw["changelog"]
-        complete = raw["released"] == raw["events"] and any(s["watermark"] == 2**63 - 1 for s in snaps)
+        by_sink = {name: [s for s in raw["snapshots"] if s.get("sink") == name] for name in sinks or [None]}
+        tables = {name: _tables(snaps, n_batches) for name, snaps in by_sink.items()}
+        first = tables[(sinks or [None])[0]]
+        res["steps"] = first["steps"]
+        complete = raw["released"] == raw["events"] and all(t["final"] is not None for t in tables.values())
+        if sinks:
+            res["sinks"] = tables
         if complete and job_error is None:
             res["ok"] = True
-            res["final"] = sorted(snaps[-1]["table"], key=_sort_key)
+            res["final"] = first["final"]
         else:
             res["error"] = job_error or "job ended before the case completed"
             res["oracle_state"] = {k: raw[k] for k in ("state", "problems", "released", "events")}
+
+
+def _tables(snaps: list[dict], n_batches: int) -> dict[str, Any]:
+    """One sink's table after each batch and at the end of input (None: never reached)."""
+    end = [s for s in snaps if s["watermark"] == 2**63 - 1]
+    return {"steps": [sorted(s["table"], key=_sort_key) for s in snaps if 0 < s["watermark"] <= n_batches],
+            "final": sorted(end[-1]["table"], key=_sort_key) if end else None}
 
 
 def _sort_key(row: list) -> str:

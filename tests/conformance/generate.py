@@ -1080,3 +1080,39 @@ def over_workload(seed: int, frame: str) -> Workload:
     ])
     return Workload(name=f"over-{frame}-{seed}", shape=f"over_{frame}", strategy="", seed=seed,
                     sql=sql, inputs=base.inputs, conflicts="none")
+
+
+# --------------------------------------------------------------------------------------------
+# Statement sets: several INSERTs over the same CDC sources in one job
+# --------------------------------------------------------------------------------------------
+
+#: the sinks of ``statement_set_workload``, in INSERT order
+STATEMENT_SET_SINKS = ("t1", "per_level", "joined_attrs")
+
+
+def statement_set_workload(seed: int, strategy: str | None = None) -> Workload:
+    """The ``join_id`` workload's changelog (CDC with retractions and disorder) through a
+    statement set of three INSERTs: the join into ``t1`` with the ON CONFLICT clause, an
+    aggregate of one source into ``per_level``, and an aggregate of the join into
+    ``joined_attrs``. The join is a view both join INSERTs read (one join stage on
+    Tidemark, shared); the aggregates' upsert keys are their sinks' keys, so every sink's
+    table after each batch is defined."""
+    w = generate(seed, "join_id", strategy)
+    tables = w.sql.split("CREATE TABLE t1")[0]
+    sql = "\n".join([
+        tables.rstrip(),
+        "CREATE TABLE t1 (id BIGINT, level BIGINT, attr STRING, PRIMARY KEY (id) NOT ENFORCED) "
+        "WITH ('topic' = 't1', 'format' = 'upsert-json');",
+        "CREATE TABLE per_level (level BIGINT, n BIGINT, ids BIGINT, PRIMARY KEY (level) NOT ENFORCED) "
+        "WITH ('topic' = 'per_level', 'format' = 'upsert-json');",
+        "CREATE TABLE joined_attrs (attr STRING, n BIGINT, PRIMARY KEY (attr) NOT ENFORCED) "
+        "WITH ('topic' = 'joined_attrs', 'format' = 'changelog-json');",
+        "CREATE VIEW j AS SELECT s1.id, s1.level, s2.attr FROM s1 JOIN s2 ON s1.level = s2.id;",
+        "EXECUTE STATEMENT SET BEGIN",
+        f"  INSERT INTO t1 SELECT id, level, attr FROM j ON CONFLICT DO {w.strategy};",
+        "  INSERT INTO per_level SELECT level, COUNT(*), SUM(id) FROM s1 GROUP BY level;",
+        "  INSERT INTO joined_attrs SELECT attr, COUNT(*) FROM j GROUP BY attr;",
+        "END;",
+    ])
+    return Workload(name=f"statement_set-{w.strategy}-{seed}", shape="statement_set", strategy=w.strategy,
+                    seed=seed, sql=sql, inputs=w.inputs, conflicts=w.conflicts, pks=w.pks)

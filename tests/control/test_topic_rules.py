@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from control_support import EXAMPLE_SQL
 
@@ -52,3 +54,31 @@ def test_reading_another_pipelines_sink_or_dead_letters_is_allowed():
     upstream = {"a": with_topics(t1="out-a")}
     check_against_others("b", with_topics(s1="out-a", s2="a.dlq", t1="out-b"), upstream)
     check_against_others("a", with_topics(t1="out-a"), upstream)  # itself is not "another"
+
+
+def statement_set(t2: str):
+    """The example with a second sink ``t2`` (topic ``t2``) in a statement set."""
+    head, insert = EXAMPLE_SQL.split("INSERT INTO t1")
+    return compile_sql(
+        head + f"CREATE TABLE t2 (id BIGINT, level BIGINT, PRIMARY KEY (id) NOT ENFORCED) "
+        f"WITH ('topic' = '{t2}', 'format' = 'upsert-json');\n"
+        f"EXECUTE STATEMENT SET BEGIN INSERT INTO t1{insert.rstrip().rstrip(';')}; "
+        "INSERT INTO t2 SELECT id, level FROM s1; END;"
+    )
+
+
+@pytest.mark.parametrize(("t2", "check", "expected"), [
+    ("s2", lambda p: check_pipeline(p, REGISTRY), "table 't2' (sink): topic 's2' is also this pipeline's source"),
+    ("shared", lambda p: check_against_others("b", p, {"a": with_topics(t1="shared")}),
+     "table 't2' (sink): topic 'shared' is already the sink of pipeline 'a'"),
+    ("t2", lambda p: check_against_others("a", with_topics(t1="t9"), {"b": p}), None),
+    ("a.dlq", lambda p: check_against_others("a", with_topics(t1="t9"), {"b": p}),
+     "its dead-letter topic 'a.dlq' is the sink of pipeline 'b'"),
+])
+def test_every_sink_of_a_statement_set_follows_the_rules(t2, check, expected):
+    pipeline = statement_set(t2)
+    if expected is None:
+        check(pipeline)
+        return
+    with pytest.raises(TopicRuleViolation, match=re.escape(expected)):
+        check(pipeline)

@@ -141,19 +141,20 @@ def produce(
 
 
 def sink_records(bootstrap: str, pipeline: Pipeline, writer_id: str | None = None,
-                 timeout_s: float = 60.0) -> list[Record]:
+                 timeout_s: float = 60.0, sink: TableDef | None = None) -> list[Record]:
     """The sink topic's records as a consumer sees them (changelog sinks: exactly once).
     ``timeout_s``: how long an upsert sink's topic may take to read to its end (benchmarks
-    read large ones)."""
-    topic = topic_of(pipeline.sink)
-    if pipeline.sink.changelog_mode == "upsert":
+    read large ones). ``sink``: which sink of a statement set (default: the first)."""
+    sink = sink or pipeline.sink
+    topic = topic_of(sink)
+    if sink.changelog_mode == "upsert":
         return read_topic(bootstrap, topic, timeout_s=timeout_s)
     assert writer_id, "a changelog sink is read exactly once by its writer id"
     return read_exactly_once(bootstrap, topic, writer_id)
 
 
-def sink_changes(pipeline: Pipeline, records: Sequence[Record]) -> list[Change]:
-    decoder = decoder_for(pipeline.sink)
+def sink_changes(pipeline: Pipeline, records: Sequence[Record], sink: TableDef | None = None) -> list[Change]:
+    decoder = decoder_for(sink or pipeline.sink)
     out: list[Change] = []
     for r in records:
         out.extend(decoder.decode(r.key, r.value, (r.partition, r.offset), r.topic))
@@ -161,13 +162,14 @@ def sink_changes(pipeline: Pipeline, records: Sequence[Record]) -> list[Change]:
 
 
 def sink_table(bootstrap: str, pipeline: Pipeline, writer_id: str | None = None,
-               timeout_s: float = 60.0) -> dict[tuple, tuple]:
+               timeout_s: float = 60.0, sink: TableDef | None = None) -> dict[tuple, tuple]:
     """The table the sink topic stands for, sink PK -> row (typed as the sink's columns)."""
-    records = sink_records(bootstrap, pipeline, writer_id, timeout_s)
-    pk = pipeline.sink.pk_indexes
+    sink = sink or pipeline.sink
+    records = sink_records(bootstrap, pipeline, writer_id, timeout_s, sink)
+    pk = sink.pk_indexes
     table: dict[tuple, tuple] = {}
-    if pipeline.sink.changelog_mode == "upsert":
-        for c in sink_changes(pipeline, records):
+    if sink.changelog_mode == "upsert":
+        for c in sink_changes(pipeline, records, sink):
             key = tuple(c.row[i] for i in pk)
             if c.kind == "-D":
                 table.pop(key, None)
@@ -178,7 +180,7 @@ def sink_table(bootstrap: str, pipeline: Pipeline, writer_id: str | None = None,
     for r in records:
         by_batch.setdefault(int(r.header(BATCH_HEADER) or -1), []).append(r)
     for batch in sorted(by_batch):
-        apply_to_table(table, sink_changes(pipeline, by_batch[batch]), pk)
+        apply_to_table(table, sink_changes(pipeline, by_batch[batch], sink), pk)
     return table
 
 

@@ -28,6 +28,8 @@ SINK = TableDef("snk", [Column("k", BIGINT), Column("v", STRING), Column("d", ma
 class FakePipeline:
     sources = {"src": SRC}
     sink = SINK
+    sinks = [types.SimpleNamespace(table=SINK)]
+    statement_set = False
     watermark_delays: dict[str, int] = {}  # no event time: no end-of-input batch
 
 
@@ -50,9 +52,10 @@ class FakeHost:
                 self.rows.pop((c.row[0],), None)
                 self.metrics["retractions_without_state"] += 1
             out.append(Change(c.kind, row, c.pos))
+        self.last_changes = {"snk": out}
         return out
 
-    def table(self):
+    def table(self, sink=None):
         return dict(self.rows)
 
 

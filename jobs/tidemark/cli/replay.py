@@ -7,6 +7,9 @@ sink receives for a given changelog and batching, without Spark or Kafka.
 Exit status: 0 ok; 2 bad SQL, plan, arguments or input (one line per problem on
 stderr); 3 an ``ON CONFLICT DO ERROR`` violation (changes of the batches before it
 are already printed). A summary line goes to stderr at the end of a good run.
+
+A statement set writes several sinks: each line then names its sink (``"sink"``), and
+``--emit table`` prints the sinks one after another as ``{"sink", "row"}`` lines.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import typer
 
 from tidemark.cli.script import InitOption, compile_script, read_init
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.changelog import Change
 from tidemark.engine.errors import InputError, TidemarkError
 from tidemark.engine.records import MAX_LINE_BYTES, InputSpec, batch_by_table, batches, read_inputs
 from tidemark.engine.types import to_json_value
@@ -79,6 +81,10 @@ def _pk_sort_key(pk: tuple) -> tuple:
     return tuple((v is None, v if v is not None else 0) for v in pk)
 
 
+def _named(statement_set: bool, sink: str, line: dict[str, Any]) -> dict[str, Any]:
+    return {"sink": sink, **line} if statement_set else line
+
+
 def run(
     sql_path: Path,
     input_pairs: Sequence[str],
@@ -106,23 +112,27 @@ def run(
         specs = parse_inputs(input_pairs, dict(pipeline.sources), sql_path.name)
         records = read_inputs(specs, max_line_bytes)
         plan = batches(records, batching)
-        sink = pipeline.sink
+        sinks = {t.table.name: t.table for t in pipeline.sinks}
         host = ReplayHost(pipeline)
         changes_out = 0
         steps = [lambda batch=batch: host.run_batch(batch_by_table(batch, pipeline.sources)) for batch in plan]
         if pipeline.watermark_delays:  # end of input: the event-time windows still open fire
             steps.append(host.finish)
         for number, step in enumerate(steps, start=1):
-            emitted: list[Change] = step()
-            changes_out += len(emitted)
-            if emit == "changelog":
-                for c in emitted:
-                    out.write(json.dumps({"kind": c.kind, "row": row_json(sink, c.row), "batch": number}) + "\n")
-                out.flush()
+            step()
+            for name, emitted in host.last_changes.items():
+                changes_out += len(emitted)
+                if emit == "changelog":
+                    for c in emitted:
+                        line = {"kind": c.kind, "row": row_json(sinks[name], c.row), "batch": number}
+                        out.write(json.dumps(_named(pipeline.statement_set, name, line)) + "\n")
+            out.flush()
         if emit == "table":
-            table = host.table()
-            for pk in sorted(table, key=_pk_sort_key):
-                out.write(json.dumps(row_json(sink, table[pk])) + "\n")
+            for name, sink in sinks.items():
+                table = host.table(name)
+                for pk in sorted(table, key=_pk_sort_key):
+                    row = row_json(sink, table[pk])
+                    out.write(json.dumps({"sink": name, "row": row} if pipeline.statement_set else row) + "\n")
             out.flush()
     except TidemarkError as e:
         out.flush()

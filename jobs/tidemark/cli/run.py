@@ -260,7 +260,7 @@ def _run_job(
 
     progress = TerminalProgress(term)
     progress.say(
-        f"tidemark run {name}: sink {pipeline.sink.name}, brokers {bootstrap}, checkpoint {checkpoint}"
+        f"tidemark run {name}: sink {', '.join(t.table.name for t in pipeline.sinks)}, brokers {bootstrap}, checkpoint {checkpoint}"
         + (f", Spark log {log_path}" if log_path else "")
     )
     from tidemark.kafka.admin import KafkaAdminError

@@ -1,6 +1,6 @@
-"""A compiled pipeline: the stage DAG of one ``INSERT ... SELECT`` plus its tables and
-options, and how to explain it. Hosts (replay, Spark) run ``nodes`` in list order, which
-is a topological order."""
+"""A compiled pipeline: the stage DAG of one ``INSERT ... SELECT`` (or of the INSERTs of a
+statement set, one sink node each) plus its tables and options, and how to explain it.
+Hosts (replay, Spark) run ``nodes`` in list order, which is a topological order."""
 
 from __future__ import annotations
 
@@ -12,23 +12,59 @@ from tidemark.engine.planner import Node, Planner, format_key
 from tidemark.engine.sql import parse_script, too_deep
 
 
+@dataclass(frozen=True)
+class SinkTarget:
+    """One INSERT of the pipeline: the table it writes, its ON CONFLICT clause, its sink
+    node and why a materializer stands before it (None: none does)."""
+
+    table: TableDef
+    on_conflict: str | None
+    node_id: int
+    materializer_reason: str | None = None
+
+
 @dataclass
 class Pipeline:
     sql: str
     tables: dict[str, TableDef]
     sources: dict[str, TableDef]
-    sink: TableDef
+    #: one per INSERT, in statement order (several in a statement set)
+    sinks: list[SinkTarget]
     options: dict[str, str]
     nodes: list[Node]
-    on_conflict: str | None
-    materializer_reason: str | None = None
+    statement_set: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sink(self) -> TableDef:
+        """The sink table of a one-INSERT pipeline (a statement set's first; its hosts
+        write every one of ``sinks``)."""
+        return self.sinks[0].table
+
+    @property
+    def on_conflict(self) -> str | None:
+        return self.sinks[0].on_conflict
+
+    @property
+    def materializer_reason(self) -> str | None:
+        return self.sinks[0].materializer_reason
 
     # ------------------------------------------------------------------ structure
 
     @property
     def sink_node(self) -> Node:
-        return self.nodes[-1]
+        return self.nodes[self.sinks[0].node_id]
+
+    def upstream(self, node_id: int) -> set[int]:
+        """``node_id`` and every node it reads from, transitively."""
+        seen: set[int] = set()
+        todo = [node_id]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(self.nodes[n].inputs)
+        return seen
 
     @property
     def source_nodes(self) -> dict[str, Node]:
@@ -52,11 +88,23 @@ class Pipeline:
 
     @property
     def materializer(self) -> Node | None:
-        return next((n for n in self.nodes if n.kind == "materializer"), None)
+        """The (first sink's) materializer."""
+        return self.materializer_of(self.sinks[0])
 
     @property
     def merge_engine(self) -> Node | None:
-        return next((n for n in self.nodes if n.kind == "merge_engine"), None)
+        """The (first sink's) merge engine."""
+        return self.merge_engine_of(self.sinks[0])
+
+    def materializer_of(self, target: SinkTarget) -> Node | None:
+        return self._before_sink(target, "materializer")
+
+    def merge_engine_of(self, target: SinkTarget) -> Node | None:
+        return self._before_sink(target, "merge_engine")
+
+    def _before_sink(self, target: SinkTarget, kind: str) -> Node | None:
+        before = self.nodes[self.nodes[target.node_id].inputs[0]]
+        return before if before.kind == kind else None
 
     @property
     def compaction_mode(self) -> str:
@@ -65,12 +113,27 @@ class Pipeline:
     # ------------------------------------------------------------------ explain
 
     def explain(self) -> dict[str, Any]:
-        """A JSON-ready description: every stage with its upsert key and changelog mode."""
-        mat = self.materializer
+        """A JSON-ready description: every stage with its upsert key and changelog mode;
+        the first sink's policy at the top, every sink's in ``sinks``."""
         return {
-            "sink": self.sink.name,
-            "sink_primary_key": list(self.sink.primary_key),
-            "on_conflict": self.on_conflict,
+            **self._explain_sink(self.sinks[0]),
+            "statement_set": self.statement_set,
+            "sinks": [self._explain_sink(t) for t in self.sinks],
+            "compaction_mode": self.compaction_mode,
+            "options": dict(self.options),
+            "stages": [self._explain_node(n) for n in self.nodes],
+        }
+
+    def _explain_sink(self, target: SinkTarget) -> dict[str, Any]:
+        """One sink's policy: its materializer (ON CONFLICT strategy, keys, reason), or its
+        merge engine as the stage describes itself (engine, changelog producer, sequence
+        fields, groups, functions) and why no ON CONFLICT is needed."""
+        mat = self.materializer_of(target)
+        engine = self.merge_engine_of(target)
+        return {
+            "sink": target.table.name,
+            "sink_primary_key": list(target.table.primary_key),
+            "on_conflict": target.on_conflict,
             "materializer": (
                 {
                     "stage": mat.name,
@@ -83,19 +146,8 @@ class Pipeline:
                 if mat is not None
                 else None
             ),
-            "merge_engine": self._explain_merge_engine(),
-            "compaction_mode": self.compaction_mode,
-            "options": dict(self.options),
-            "stages": [self._explain_node(n) for n in self.nodes],
+            "merge_engine": {"stage": engine.name, **engine.detail} if engine is not None else None,
         }
-
-    def _explain_merge_engine(self) -> dict[str, Any] | None:
-        """The sink's merge engine as its stage describes itself (engine, changelog
-        producer, sequence fields, groups, functions), and why no ON CONFLICT is needed."""
-        node = self.merge_engine
-        if node is None:
-            return None
-        return {"stage": node.name, **node.detail}
 
     @staticmethod
     def _explain_node(n: Node) -> dict[str, Any]:
@@ -125,8 +177,11 @@ class Pipeline:
         return out
 
     def explain_text(self) -> str:
-        lines = [f"Pipeline INSERT INTO {self.sink.name}"
-                 + (f" ON CONFLICT DO {self.on_conflict}" if self.on_conflict else "")]  # fmt: skip
+        if self.statement_set:
+            lines = ["Pipeline EXECUTE STATEMENT SET ("
+                     + "; ".join(self._insert_head(t) for t in self.sinks) + ")"]  # fmt: skip
+        else:
+            lines = [f"Pipeline {self._insert_head(self.sinks[0])}"]
         for n in self.nodes:
             head = f"[{n.id}] {n.kind}"
             if n.kind in ("source", "sink"):
@@ -143,34 +198,50 @@ class Pipeline:
                 head += f" {n.detail['merge_engine']}"
             if n.inputs:
                 head += " <- " + ", ".join(f"[{i}]" for i in n.inputs)
+            if self.statement_set and n.kind not in ("sink", "materializer", "merge_engine"):
+                head += self._shared_by(n)
             lines.append(head)
             lines.append(f"      mode: {n.changelog_mode}   upsert key: {format_key(n.key_names(n.upsert_key))}")
             lines.append(f"      columns: {', '.join(n.columns)}")
             for text in self._detail_lines(n):
                 lines.append(f"      {text}")
-        mat = self.materializer
-        if mat is not None:
-            lines.append(
-                f"Materializer: [{mat.id}] ON CONFLICT DO {mat.detail['strategy']} keyed by sink primary key "
-                f"{format_key(mat.detail['primary_key'])}; because {mat.detail['reason']}"
-            )
-        elif self.merge_engine is not None:
-            me = self.merge_engine
-            lines.append(
-                f"Merge engine: [{me.id}] {me.detail['merge_engine']} keyed by sink primary key "
-                f"{format_key(list(self.sink.primary_key))}; {me.detail['conflict_policy']}"
-            )
-        elif self.sink.primary_key:
-            lines.append(
-                f"No materializer: the upsert key reaching the sink equals its primary key "
-                f"{format_key(list(self.sink.primary_key))}"
-            )
-        else:
-            lines.append("No materializer: the sink has no primary key")
+        for target in self.sinks:
+            lines.append(self._sink_policy_line(target))
         lines.append(f"Compaction: {self.compaction_mode} (the micro-batch is the barrier)")
         if self.options:
             lines.append("Options: " + ", ".join(f"{k}={v}" for k, v in self.options.items()))
         return "\n".join(lines)
+
+    @staticmethod
+    def _insert_head(target: SinkTarget) -> str:
+        return f"INSERT INTO {target.table.name}" + (
+            f" ON CONFLICT DO {target.on_conflict}" if target.on_conflict else "")  # fmt: skip
+
+    def _shared_by(self, node: Node) -> str:
+        """`` (shared by a, b)`` for a node of a statement set that feeds several sinks."""
+        sinks = [t.table.name for t in self.sinks if node.id in self.upstream(t.node_id)]
+        return f"   (shared by {', '.join(sinks)})" if len(sinks) > 1 else ""
+
+    def _sink_policy_line(self, target: SinkTarget) -> str:
+        sink = target.table
+        mat, engine = self.materializer_of(target), self.merge_engine_of(target)
+        if mat is not None:
+            return (
+                f"Materializer: [{mat.id}] ON CONFLICT DO {mat.detail['strategy']} keyed by sink primary key "
+                f"{format_key(mat.detail['primary_key'])}; because {mat.detail['reason']}"
+            )
+        if engine is not None:
+            return (
+                f"Merge engine: [{engine.id}] {engine.detail['merge_engine']} keyed by sink primary key "
+                f"{format_key(list(sink.primary_key))}; {engine.detail['conflict_policy']}"
+            )
+        where = f" of sink '{sink.name}'" if self.statement_set else ""
+        if sink.primary_key:
+            return (
+                f"No materializer{where}: the upsert key reaching the sink equals its primary key "
+                f"{format_key(list(sink.primary_key))}"
+            )
+        return f"No materializer{where}: the sink has no primary key"
 
     @staticmethod
     def _detail_lines(n: Node) -> list[str]:
@@ -263,17 +334,18 @@ def compile_sql(sql: str) -> Pipeline:
         nodes = planner.plan()
     except RecursionError:
         raise too_deep() from None
-    ins = script.insert
-    assert ins is not None
-    sink = script.table(ins.table)
-    assert sink is not None
+    sink_nodes = {n.table: n.id for n in nodes if n.kind == "sink"}
+    sinks = []
+    for ins in script.inserts:
+        table = script.table(ins.table)
+        assert table is not None
+        sinks.append(SinkTarget(table, ins.on_conflict, sink_nodes[table.name], planner.materializer_reasons[table.name]))
     return Pipeline(
         sql=sql,
         tables=dict(script.tables),
         sources=dict(planner.used_tables),
-        sink=sink,
+        sinks=sinks,
         options=dict(script.options),
         nodes=nodes,
-        on_conflict=ins.on_conflict,
-        materializer_reason=planner.materializer_reason,
+        statement_set=script.statement_set,
     )

@@ -6,7 +6,8 @@ stages get each key's changes (one list per input) with that key's state from a 
 exactly as the stage contract describes. Nothing here depends on the order of changes
 inside a batch, except where the stages themselves use source positions.
 
-The sink table is kept the way a consumer of the sink topic would see it, consolidated
+Each sink table (one per INSERT; several in a statement set, fed by one walk of the
+shared DAG) is kept the way a consumer of the sink topic would see it, consolidated
 per primary key per batch (DESIGN.md "Consolidating one key's rows in a batch"): exact
 ``+X``/``-X`` pairs cancel, the rest applies in source-position order with retractions
 first; an add sets the row, a retraction removes the row only if it is the row stored
@@ -94,9 +95,10 @@ class ReplayHost:
         self.watermarks = Watermarks(pipeline.watermark_delays)
         self._timed = {n.id: uses_timers(n.stage) for n in pipeline.nodes if n.id in self._stages}
         self.metrics: Counter = Counter()
-        self._table: dict[tuple, tuple] = {}
+        self._tables: dict[str, dict[tuple, tuple]] = {t.table.name: {} for t in pipeline.sinks}
         self.batch_id = 0
-        self._sink_pk = pipeline.sink.pk_indexes
+        #: sink table name -> the changes it received in the last batch
+        self.last_changes: dict[str, list[Change]] = {}
 
     @property
     def state(self) -> dict[int, dict[tuple, Any]]:
@@ -112,7 +114,8 @@ class ReplayHost:
     def run_batch(self, inputs: Mapping[str, list[Change]], now_ms: int | None = None) -> list[Change]:
         """Run one micro-batch at processing time ``now_ms`` (default: ``self.clock()``);
         ``inputs`` maps source table name -> its changes in this batch. Returns the changes
-        the sink receives. ConflictError propagates."""
+        the sink receives (a statement set's first sink; ``last_changes`` has every
+        sink's). ConflictError propagates."""
         if now_ms is None:
             now_ms = self.clock()
         sources = self.pipeline.source_nodes
@@ -125,14 +128,13 @@ class ReplayHost:
         ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=Counter(),
                            previous_watermarks=self.watermarks.current(), watermarks=self.watermarks.current())
         outputs: dict[int, list[Change]] = {}
-        sink_changes: list[Change] = []
+        sink_changes: dict[str, list[Change]] = {}
         for node in self.pipeline.nodes:
             if node.kind == "source":
                 outputs[node.id] = list(inputs.get(node.table, []))
                 ctx.metrics[f"records_in:{node.table}"] += len(outputs[node.id])
             elif node.kind == "sink":
-                sink_changes = outputs[node.inputs[0]]
-                outputs[node.id] = sink_changes
+                sink_changes[node.table] = outputs[node.id] = outputs[node.inputs[0]]
             elif node.id in self._stages:
                 batches = [ChangeBatch(changes=outputs[i]) for i in node.inputs]
                 bucket, out = self._stages[node.id].process_batch(batches, self._buckets[node.id], ctx)
@@ -148,11 +150,14 @@ class ReplayHost:
                 table, column = event_time
                 self.watermarks.advance(table, (c.row[column] for c in outputs[node.id]))
                 ctx.watermarks = self.watermarks.current()
-        apply_to_table(self._table, sink_changes, self._sink_pk, ctx.metrics)
-        ctx.metrics["sink_changes"] += len(sink_changes)
+        for target in self.pipeline.sinks:
+            changes = sink_changes[target.table.name]
+            apply_to_table(self._tables[target.table.name], changes, target.table.pk_indexes, ctx.metrics)
+            ctx.metrics["sink_changes"] += len(changes)
         self.metrics.update(ctx.metrics)
         self.batch_id += 1
-        return sink_changes
+        self.last_changes = sink_changes
+        return sink_changes[self.pipeline.sink.name]
 
     def finish(self, now_ms: int | None = None) -> list[Change]:
         """End of input: one last batch without records at watermark ``END_OF_INPUT``, as
@@ -160,13 +165,15 @@ class ReplayHost:
         self.watermarks.ended = True
         return self.run_batch({}, now_ms)
 
-    def table(self) -> dict[tuple, tuple]:
-        """The materialized sink table: sink PK tuple -> row (whole row when no PK)."""
-        return dict(self._table)
+    def table(self, sink: str | None = None) -> dict[tuple, tuple]:
+        """The materialized sink table ``sink`` (default: the first sink): sink PK tuple ->
+        row (whole row when no PK)."""
+        return dict(self._tables[sink or self.pipeline.sink.name])
 
-    def rows(self) -> list[tuple]:
+    def rows(self, sink: str | None = None) -> list[tuple]:
         """The sink table's rows sorted by key (None sorts first)."""
-        return [self._table[k] for k in sorted(self._table, key=_sort_key)]
+        table = self._tables[sink or self.pipeline.sink.name]
+        return [table[k] for k in sorted(table, key=_sort_key)]
 
 
 def _sort_key(key: tuple) -> tuple:

@@ -2,8 +2,8 @@
 
 The dialect extends sqlglot's parser rather than rewriting text, so every node keeps its
 source position and every syntax error names its line and column. This module only
-parses and checks statements (DDL, SET, the single INSERT); what the query means is the
-planner's job (``tidemark.engine.planner``).
+parses and checks statements (DDL, SET, the INSERT, or several INSERTs in one statement
+set); what the query means is the planner's job (``tidemark.engine.planner``).
 """
 
 from __future__ import annotations
@@ -60,10 +60,40 @@ class TidemarkParser(Parser):
     # SESSION is a keyword (SET SESSION ...) that Flink also uses as a window function
     FUNC_TOKENS = {*Parser.FUNC_TOKENS, TokenType.SESSION}
 
+    STATEMENT_PARSERS = {
+        **Parser.STATEMENT_PARSERS,
+        TokenType.EXECUTE: lambda self: self._parse_execute(),
+        TokenType.BEGIN: lambda self: self._parse_begin(),
+    }
+
     FUNCTION_PARSERS = {
         **Parser.FUNCTION_PARSERS,
         **{name: (lambda self, n=name: self._parse_window_function(n)) for name in WINDOW_FUNCTIONS},
     }
+
+    def _parse_execute(self) -> exp.Expr:
+        """``EXECUTE STATEMENT SET BEGIN``: sqlglot splits a script at semicolons, so the
+        first INSERT of the set shares this statement and is parsed as its argument."""
+        start = self._prev
+        if not self._match_text_seq("STATEMENT", "SET", "BEGIN"):
+            self.raise_error("EXECUTE is supported only as EXECUTE STATEMENT SET BEGIN ... END")
+        if self._match(TokenType.END):
+            self.raise_error("the statement set holds no INSERT INTO statement")
+        first = self._parse_statement() if self._curr else None
+        return self._positioned(StatementSetBegin(this=first), start)
+
+    def _parse_begin(self) -> exp.Expr:
+        """Flink's SQL client form ``BEGIN STATEMENT SET;``; any other BEGIN is sqlglot's
+        (a transaction, which the pipeline script refuses by name)."""
+        start = self._prev
+        if self._match_text_seq("STATEMENT", "SET"):
+            return self._positioned(StatementSetBegin(this=None), start)
+        return Parser.STATEMENT_PARSERS[TokenType.BEGIN](self)
+
+    @staticmethod
+    def _positioned(node: exp.Expr, token: Any) -> exp.Expr:
+        node.meta.update(line=token.line, col=token.col, start=token.start, end=token.end)
+        return node
 
     def _parse_window_function(self, name: str) -> exp.Expr:
         """A window function's arguments, where the first may be ``TABLE t`` (a window
@@ -97,6 +127,13 @@ class WindowCall(exp.Expression, exp.Func):
         return self.this.name
 
 
+class StatementSetBegin(exp.Expression):
+    """The start of a statement set; ``this`` is the set's first INSERT when it was written
+    in the same statement (``EXECUTE STATEMENT SET BEGIN INSERT ...;``)."""
+
+    arg_types = {"this": False}
+
+
 def _regexp_extract(args: list) -> exp.RegexpExtract:
     """Flink's third argument is the group (sqlglot's default reads it as a position)."""
     if len(args) not in (2, 3):
@@ -112,6 +149,8 @@ class Tidemark(Dialect):
         KEYWORDS = {**Tokenizer.KEYWORDS, "STRING": TokenType.TEXT, "ROW": TokenType.STRUCT}
         # Flink quotes identifiers with backticks (`dateTime`); double quotes stay accepted
         IDENTIFIERS = ['"', "`"]
+        # EXECUTE starts a statement set (parsed), not an opaque command
+        COMMANDS = Tokenizer.COMMANDS - {TokenType.EXECUTE}
 
     Parser = TidemarkParser
 
@@ -191,16 +230,23 @@ class FunctionDef:
 
 @dataclass
 class Script:
-    """A parsed pipeline: its tables (in declaration order), views, SET options and the INSERT."""
+    """A parsed pipeline: its tables (in declaration order), views, SET options and its
+    INSERTs: one, or several in a statement set (``statement_set``)."""
 
     tables: dict[str, TableDef] = field(default_factory=dict)
     views: dict[str, ViewDef] = field(default_factory=dict)
     options: dict[str, str] = field(default_factory=dict)
-    insert: InsertStatement | None = None
+    inserts: list[InsertStatement] = field(default_factory=list)
+    statement_set: bool = False
     #: table name -> its processing-time attribute (``name AS PROCTIME()``), usable only in
     #: ``FOR SYSTEM_TIME AS OF`` (a lookup join); it is not one of the table's columns
     proctime: dict[str, str] = field(default_factory=dict)
     functions: dict[str, FunctionDef] = field(default_factory=dict)
+
+    @property
+    def insert(self) -> InsertStatement | None:
+        """The first (in a plain pipeline: the only) INSERT."""
+        return self.inserts[0] if self.inserts else None
 
     def function(self, name: str) -> FunctionDef | None:
         """Look a user-defined function up by name (case-insensitively, as Flink does)."""
@@ -259,10 +305,14 @@ def too_deep() -> SqlError:
 
 
 def parse_script(sql: str) -> Script:
-    """Parse and check a whole pipeline script: CREATE TABLE, SET, exactly one INSERT."""
+    """Parse and check a whole pipeline script: CREATE TABLE, SET, and exactly one INSERT
+    or one statement set of INSERTs."""
     script = Script()
+    statement_set = _StatementSet(script)
     for stmt in parse_statements(sql):
         stmt = _system_function(stmt)
+        if statement_set.takes(stmt):
+            continue
         if isinstance(stmt, exp.Create) and (stmt.args.get("kind") or "").upper() == "FUNCTION":
             fn = _function_def(stmt)
             if script.function(fn.name) is not None:
@@ -284,19 +334,78 @@ def parse_script(sql: str) -> Script:
         elif isinstance(stmt, exp.Set):
             script.options.update(_set_options(stmt))
         elif isinstance(stmt, exp.Insert):
-            if script.insert is not None:
-                raise sql_error("only one INSERT INTO statement per pipeline is supported", stmt.this)
-            script.insert = _insert(stmt)
+            if script.inserts:
+                raise sql_error(
+                    "only one INSERT INTO statement per pipeline is supported outside a statement set; to "
+                    "write several tables from the same sources in one pipeline, write EXECUTE STATEMENT SET "
+                    "BEGIN INSERT INTO ...; INSERT INTO ...; END;",
+                    stmt.this,
+                )
+            script.inserts.append(_insert(stmt))
         else:
             kind = type(stmt).__name__.upper()
             raise sql_error(
                 f"unsupported statement {kind} ({describe(stmt)}): a pipeline holds CREATE TABLE, "
-                "SET and one INSERT INTO",
+                "SET and one INSERT INTO (or one EXECUTE STATEMENT SET BEGIN ... END)",
                 stmt,
             )
-    if script.insert is None:
+    statement_set.close()
+    if not script.inserts:
         raise SqlError("the pipeline has no INSERT INTO statement")
     return script
+
+
+class _StatementSet:
+    """Reads ``EXECUTE STATEMENT SET BEGIN ... END;`` (or ``BEGIN STATEMENT SET; ... END;``)
+    into ``script.inserts``: only INSERTs inside, one set per pipeline, and no INSERT
+    beside it (a pipeline is one job; Flink's client would submit a lone INSERT as its
+    own job)."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.open: exp.Expr | None = None
+
+    def takes(self, stmt: exp.Expr) -> bool:
+        """Whether ``stmt`` belongs to the statement set (and was taken into the script)."""
+        if isinstance(stmt, StatementSetBegin):
+            if self.open is not None:
+                raise sql_error("a statement set cannot begin inside another: close the first with END;", stmt)
+            if self.script.inserts:
+                what = "another statement set" if self.script.statement_set else "an INSERT INTO outside it"
+                raise sql_error(
+                    f"a pipeline holds one statement set and nothing beside it, but this one follows {what}; "
+                    "put every INSERT of the pipeline in one statement set",
+                    stmt,
+                )
+            self.open = stmt
+            self.script.statement_set = True
+            if stmt.this is not None:
+                self._add(stmt.this)
+            return True
+        if isinstance(stmt, exp.EndStatement):
+            if self.open is None:
+                raise SqlError("END without a statement set to close (write EXECUTE STATEMENT SET BEGIN ... END;)")
+            if not self.script.inserts:
+                raise sql_error("the statement set holds no INSERT INTO statement", self.open)
+            self.open = None
+            return True
+        if self.open is not None:
+            self._add(stmt)
+            return True
+        return False
+
+    def _add(self, stmt: exp.Expr) -> None:
+        if not isinstance(stmt, exp.Insert):
+            raise sql_error(
+                f"a statement set holds only INSERT INTO statements, not {type(stmt).__name__.upper()} "
+                f"({describe(stmt)}); declare tables, views and options before EXECUTE STATEMENT SET",
+                stmt,
+            )
+        self.script.inserts.append(_insert(stmt))
+
+    def close(self) -> None:
+        if self.open is not None:
+            raise sql_error("the statement set is not closed: end it with END;", self.open)
 
 
 def _system_function(stmt: exp.Expr) -> exp.Expr:

@@ -5,6 +5,11 @@ query frame (``tidemark.spark.query``), writes each micro-batch in ``foreachBatc
 dead letters, then the sink changes), and turns Spark's progress into one ``BatchReport``
 per batch. ``run_pipeline`` is the blocking call tests and ``tidemark run`` use.
 
+A statement set is still one query: its frame carries every sink's changes tagged with the
+sink (``tidemark.spark.query.SINK_COLUMN``); ``foreachBatch`` persists the batch once and
+writes each sink's share with that sink's writer, so the shared stages run once per batch
+and every sink commits the same batch id.
+
 Delivery: the upsert sink is idempotent per batch, the changelog and dead-letter writers
 are transactional per batch id (``tidemark.spark.sink``), so replaying the batch a crash
 interrupted changes nothing downstream. The transactional writers are identified by
@@ -30,7 +35,7 @@ from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, ran_a_batch, report_from
-from tidemark.spark.query import DeadLetterAccumulator, build_query_frame, source_tables
+from tidemark.spark.query import SINK_COLUMN, DeadLetterAccumulator, build_query_frame, source_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,6 +127,8 @@ class RunResult:
     reports: list[BatchReport] = field(default_factory=list)
     sink_writer_id: str | None = None
     dlq_writer_id: str | None = None
+    #: sink table -> its transactional writer id (None: an upsert sink), for statement sets
+    sink_writer_ids: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def rows_in(self) -> int:
@@ -163,7 +170,7 @@ class PipelineJob:
     ):
         from tidemark.spark.delta import delta_joins
         from tidemark.spark.index_service import JobIndex
-        from tidemark.spark.sink import ChangelogSink, DeadLetterSink, UpsertSink
+        from tidemark.spark.sink import DeadLetterSink, sink_writer
 
         self.spark = spark
         self.pipeline = pipeline
@@ -179,14 +186,15 @@ class PipelineJob:
         #: ``state_buckets`` None: what the checkpoint records (see ``run_info_of``)
         info = run_info_of(checkpoint, state_buckets)
         self.run_id, self.state_buckets = info.run_id, info.state_buckets
-        sink_table = pipeline.sink
-        self.sink_topic = sink_table.options.get("topic", sink_table.name)
-        self.sink_writer_id = f"{self.name}.{sink_table.name}.{self.run_id}"
+        #: one writer per sink table, in the pipeline's INSERT order
+        self.sinks: dict[str, Any] = {
+            t.table.name: sink_writer(bootstrap, t.table, self._writer_id(t.table.name), registry_url)
+            for t in pipeline.sinks
+        }
+        self.sink: Any = self.sinks[pipeline.sink.name]
+        self.sink_topic = self.sink.topic
+        self.sink_writer_id = self._writer_id(pipeline.sink.name)
         self.dlq_writer_id = f"{self.name}.dlq.{self.run_id}"
-        if sink_table.changelog_mode == "upsert":
-            self.sink: Any = UpsertSink(bootstrap, sink_table, registry_url=registry_url)
-        else:
-            self.sink = ChangelogSink(bootstrap, sink_table, self.sink_writer_id, registry_url=registry_url)
         self.dlq = DeadLetterSink(bootstrap, self.name, encoding=dlq_encoding, writer_id=self.dlq_writer_id)
         self.metrics = StageMetrics(spark)
         self.dead_letters = DeadLetterAccumulator(spark)
@@ -207,6 +215,9 @@ class PipelineJob:
             for n in pipeline.nodes
         )
 
+    def _writer_id(self, sink: str) -> str:
+        return f"{self.name}.{sink}.{self.run_id}"
+
     # ------------------------------------------------------------------ topics
 
     @property
@@ -225,10 +236,11 @@ class PipelineJob:
         if sources:
             ensure_topics(self.bootstrap, {t: 1 for t in sources})
             created += sources
-        if self.sink_topic not in existing:
-            upsert = self.pipeline.sink.changelog_mode == "upsert"
-            ensure_topics(self.bootstrap, {self.sink_topic: 1}, compacted=upsert)
-            created.append(self.sink_topic)
+        for target in self.pipeline.sinks:
+            topic = self.sinks[target.table.name].topic
+            if topic not in existing:
+                ensure_topics(self.bootstrap, {topic: 1}, compacted=target.table.changelog_mode == "upsert")
+                created.append(topic)
         if self.dlq_topic not in existing:
             ensure_topics(self.bootstrap, {self.dlq_topic: 1})
             created.append(self.dlq_topic)
@@ -249,12 +261,7 @@ class PipelineJob:
             from tidemark.spark.delta import batch_fences, set_batch_fences
 
             set_batch_fences(self.spark, batch_fences(self.checkpoint, batch_id, self.index.topics(), self.spark))
-        if self._already_committed(batch_id):
-            df.count()
-            rows_out = 0
-        else:
-            written = self.sink.write_batch(df, batch_id)
-            rows_out = written if isinstance(written, int) else written.written
+        rows_out = self._write_sinks(df, batch_id)
         letters = self.dead_letters.take(batch_id)
         dlq = 0
         if letters:
@@ -266,12 +273,30 @@ class PipelineJob:
             self._counters_seen = total
             self._sink_batches[batch_id] = SinkBatch(rows_out, dlq, dict(delta))
 
-    def _already_committed(self, batch_id: int) -> bool:
-        writer = getattr(self.sink, "writer", None)  # changelog sinks are transactional
-        if writer is None:
-            return False
-        writer.start()
-        return batch_id <= writer.last_committed
+    def _write_sinks(self, df: DataFrame, batch_id: int) -> int:
+        """Write the batch to every sink that has not committed it; returns the records
+        written. A statement set's batch is persisted so that its sinks' shares are cut
+        from one run of the query's stages (``df`` is read once per sink)."""
+        pending = [name for name, sink in self.sinks.items() if not _already_committed(sink, batch_id)]
+        if not pending:
+            df.count()
+            return 0
+        if not self.pipeline.statement_set:
+            return _written(self.sink.write_batch(df, batch_id))
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        index = {t.table.name: i for i, t in enumerate(self.pipeline.sinks)}
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            df.count()  # runs the stages once, whichever sinks still write
+            return sum(
+                _written(self.sinks[name].write_batch(df.where(F.col(SINK_COLUMN) == index[name]).drop(SINK_COLUMN),
+                                                      batch_id))
+                for name in pending
+            )
+        finally:
+            df.unpersist()
 
     def start(self, until_idle: bool = False) -> StreamingQuery:
         """Start the query. ``until_idle``: read what is in the topics now (in
@@ -398,7 +423,7 @@ class PipelineJob:
 
     def close(self) -> None:
         self.stop()
-        for sink in (self.sink, self.dlq):
+        for sink in (*self.sinks.values(), self.dlq):
             close = getattr(sink, "close", None)
             if close is not None:
                 close()
@@ -406,12 +431,27 @@ class PipelineJob:
             self.index.close()
 
     def result(self) -> RunResult:
-        changelog = self.pipeline.sink.changelog_mode != "upsert"
+        writer_ids = {
+            t.table.name: self._writer_id(t.table.name) if t.table.changelog_mode != "upsert" else None
+            for t in self.pipeline.sinks
+        }
         return RunResult(
             name=self.name, reports=list(self.reports),
-            sink_writer_id=self.sink_writer_id if changelog else None,
-            dlq_writer_id=self.dlq_writer_id,
+            sink_writer_id=writer_ids[self.pipeline.sink.name],
+            dlq_writer_id=self.dlq_writer_id, sink_writer_ids=writer_ids,
         )
+
+
+def _already_committed(sink: Any, batch_id: int) -> bool:
+    writer = getattr(sink, "writer", None)  # changelog sinks are transactional
+    if writer is None:
+        return False
+    writer.start()
+    return batch_id <= writer.last_committed
+
+
+def _written(result: Any) -> int:
+    return result if isinstance(result, int) else result.written
 
 
 def _query_name(name: str) -> str:

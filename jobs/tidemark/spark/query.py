@@ -75,6 +75,9 @@ from tidemark.spark.watermark import observed, probe_of, tick_rows
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+#: a statement set's frame: which sink (its index in ``Pipeline.sinks``) a blob is for
+SINK_COLUMN = "sink"
+
 class GuardedStage:
     """A stateless stage whose errors cross the Python worker -> driver boundary as
     themselves (``StageFailure``), so a calc that cannot evaluate a row stops the job with
@@ -306,13 +309,15 @@ def build_query_frame(
     index: Any = None,
     state_buckets: int = DEFAULT_STATE_BUCKETS,
 ) -> DataFrame:
-    """The streaming frame of the changes the sink receives (``BLOB_SCHEMA``); bad
+    """The streaming frame of the changes the sink receives (``BLOB_SCHEMA``; a statement
+    set's sinks' frames in one, each blob tagged with its sink in ``SINK_COLUMN``); bad
     records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
     records per micro-batch. ``index`` (``tidemark.spark.delta.IndexTarget``): delta joins
     run stateless against that index service (``tidemark.spark.delta``)."""
     check_event_time(pipeline)
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     outputs: dict[int, _Output] = {}
+    sinks: dict[str, DataFrame] = {}
     for node in pipeline.nodes:
         schema = batch_ipc.schema_of(node.columns, node.types)
         if node.kind == "source":
@@ -328,7 +333,7 @@ def build_query_frame(
 
             outputs[node.id] = _Output(build_source, [], schema)
         elif node.kind == "sink":
-            return outputs[node.inputs[0]].changes()
+            sinks[node.table] = outputs[node.inputs[0]].changes()
         elif _is_keyed(node.stage):
             stage = node.stage
             upstream = [outputs[i] for i in node.inputs]
@@ -352,4 +357,9 @@ def build_query_frame(
             raise PlanError(f"stage [{node.id}] {node.kind} has nothing the Spark job can run")
         if "event_time" in node.detail:  # its rows move the source's watermark
             outputs[node.id] = outputs[node.id].then(probe_of(pipeline, node), schema)
-    raise PlanError("the pipeline has no sink")
+    if not pipeline.statement_set:
+        return sinks[pipeline.sink.name]
+    from pyspark.sql import functions as F
+
+    tagged = [sinks[t.table.name].withColumn(SINK_COLUMN, F.lit(i)) for i, t in enumerate(pipeline.sinks)]
+    return reduce(lambda a, b: a.unionByName(b), tagged)

@@ -237,6 +237,14 @@ class ChangelogSink:
         self.writer.close()
 
 
+def sink_writer(bootstrap: str, table: TableDef, writer_id: str, registry_url: str | None = None) -> Any:
+    """The writer of one sink table: ``UpsertSink`` for an upsert format, else a
+    ``ChangelogSink`` with transactional writer ``writer_id``."""
+    if table.changelog_mode == "upsert":
+        return UpsertSink(bootstrap, table, registry_url=registry_url)
+    return ChangelogSink(bootstrap, table, writer_id, registry_url=registry_url)
+
+
 DEAD_LETTER_COLUMNS = (
     "table", "format", "topic", "partition", "offset", "timestamp", "key", "value", "error_kind", "reason",
 )

@@ -1,5 +1,7 @@
 """The planner: one INSERT ... SELECT becomes a DAG of stages, each with its upsert key and
-changelog mode, and the sink gets a materializer exactly when it needs one.
+changelog mode, and the sink gets a materializer exactly when it needs one. The INSERTs of
+a statement set become one DAG with a sink each, sharing their sources and the views they
+read (``SinkPlanner.check_statement_set``).
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
 ``select``, ``join``, ``lookup``, ``aggregate``, ``rank``, ``over`` and ``union`` build stages, ``window``
@@ -28,19 +30,19 @@ class Planner(
     WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, OverPlanner, UnionPlanner,
     SinkPlanner,
 ):
-    """All builders over one graph: ``plan()`` plans the script's INSERT."""
+    """All builders over one graph: ``plan()`` plans the script's INSERTs."""
 
     def plan(self) -> list[Node]:
-        ins = self.script.insert
-        assert ins is not None
         mode = self.script.options.get("table.exec.sink.upserts.compaction-mode")
         if mode is not None and mode.upper() not in COMPACTION_MODES:
             raise PlanError(
                 f"SET 'table.exec.sink.upserts.compaction-mode' = '{mode}': expected one of {', '.join(COMPACTION_MODES)}"
             )
-        body = self.insert(ins)
-        self.check_ranks_bounded()
-        self.finish(ins, body)
+        self.check_statement_set()
+        for ins in self.script.inserts:
+            body = self.insert(ins)
+            self.check_ranks_bounded()
+            self.finish(ins, body)
         self.compare_read_columns()
         for n in self.nodes:
             n.detail.pop("composable", None)

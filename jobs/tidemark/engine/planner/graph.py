@@ -38,6 +38,8 @@ class PlanGraph:
         self._sources: dict[str, int] = {}  # table name -> node id feeding queries (after normalize)
         self.used_tables: dict[str, TableDef] = {}
         self.materializer_reason: str | None = None
+        #: sink table name -> why it got a materializer (None: it needs none), per INSERT
+        self.materializer_reasons: dict[str, str | None] = {}
         self.sink_sources: dict[int, str] = {}  # sink position -> query column name
         # eventual delta joins: join node id -> (regular join stage, mode, upsert keys) to fall back to
         self._delta_fallback: dict[int, tuple[Any, str, frozenset]] = {}
@@ -46,6 +48,9 @@ class PlanGraph:
         self.expanding: list[str] = []  # CTE and view names being planned (a cycle check)
         # FROM subqueries (by node identity) -> their processing-time attribute (LookupPlanner)
         self.derived_proctime: dict[int, str] = {}
+        #: views already planned, by lower-case name, in a statement set: the INSERTs that
+        #: read one view share its stages (``shared_view``)
+        self._views: dict[str, int] = {}
 
     # ------------------------------------------------------------------ node helpers
 
@@ -59,6 +64,21 @@ class PlanGraph:
 
     def node(self, node_id: int) -> Node:
         return self.nodes[node_id]
+
+    # ------------------------------------------------------------------ shared views
+
+    def shared_view(self, name: str) -> int | None:
+        """The node a view read by an earlier INSERT of the statement set planned to."""
+        return self._views.get(name.lower())
+
+    def share_view(self, name: str, node_id: int) -> None:
+        """Remember a view's node for the statement set's later INSERTs. The node is pinned:
+        no later calc folds into it or renames it in place, as it has other readers."""
+        if self.script.statement_set:
+            self._views[name.lower()] = node_id
+
+    def _pinned(self, node_id: int) -> bool:
+        return node_id in self._views.values()
 
     # ------------------------------------------------------------------ sources
 
@@ -129,7 +149,7 @@ class PlanGraph:
             if all(col_index(e) == i for i, e in enumerate(projections)):
                 if names is None or list(names) == inp.columns:
                     return input_id
-                if inp.kind not in ("source", "normalize") and inp.id == len(self.nodes) - 1:
+                if inp.kind not in ("source", "normalize") and inp.id == len(self.nodes) - 1 and not self._pinned(inp.id):
                     # a pure rename of a node made for this query: rename it, no stage
                     inp.columns = list(names)
                     if inp.stage is not None and hasattr(inp.stage, "output_names"):
@@ -145,6 +165,7 @@ class PlanGraph:
             and inp.detail.get("composable")
             and inp.id == len(self.nodes) - 1
             and not self._consumers(inp.id)
+            and not self._pinned(inp.id)
             and self._fold_within_limits(inp.stage, projections, predicate)
         ):
             # fold into the previous calc: substitute its projections into ours

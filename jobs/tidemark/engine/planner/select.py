@@ -184,7 +184,10 @@ class SelectPlanner(PlanGraph):
                 )
             named = self.named_query(item.name)
             if named is not None:
-                node_id = self.plan_named(named, item)
+                shared = self.shared_view(named.name) if named.is_view else None
+                node_id = shared if shared is not None else self.plan_named(named, item)
+                if named.is_view:
+                    self.share_view(named.name, node_id)
                 n = self.node(node_id)
                 scope.add(item.alias or named.name, n.columns, n.types, item)
                 return node_id

@@ -51,6 +51,43 @@ def parse_duration_ms(text: str, what: str) -> int:
 class SinkPlanner(PlanGraph):
     """The INSERT: column mapping and the sink policy of the module docstring."""
 
+    def check_statement_set(self) -> None:
+        """The INSERTs of a statement set write different tables, none of which another
+        INSERT reads: one job cannot read back what it writes within a batch, and two
+        INSERTs into one table would be two writers of one topic (Flink unions them;
+        here that is written as one INSERT with UNION ALL)."""
+        written: dict[str, InsertStatement] = {}
+        for ins in self.script.inserts:
+            sink = self.script.table(ins.table)
+            key = (sink.name if sink is not None else ins.table).lower()
+            if key in written:
+                raise sql_error(
+                    f"table '{ins.table}' is written by two INSERTs of the statement set; write one "
+                    "INSERT INTO it with UNION ALL of the two queries",
+                    ins.node.this,
+                )
+            written[key] = ins
+        topics: dict[str, str] = {}
+        for ins in self.script.inserts:
+            sink = self.script.table(ins.table)
+            topic = sink.options.get("topic", sink.name) if sink is not None else ins.table
+            if topic in topics:
+                raise sql_error(
+                    f"tables '{topics[topic]}' and '{ins.table}' of the statement set both write topic "
+                    f"'{topic}'; a topic has one writer",
+                    ins.node.this,
+                )
+            topics[topic] = ins.table
+        for ins in self.script.inserts:
+            for name in self._read_tables(ins.query):
+                other = written.get(name.lower())
+                if other is not None and other is not ins:
+                    raise sql_error(
+                        f"table '{other.table}' is written by one INSERT of the statement set and read by "
+                        "another; a pipeline cannot read its own sink (run the reader as its own pipeline)",
+                        ins.node.this,
+                    )
+
     def insert(self, ins: InsertStatement) -> int:
         sink = self.script.table(ins.table)
         if sink is None:
@@ -132,6 +169,7 @@ class SinkPlanner(PlanGraph):
         merge engine; then the sink node."""
         sink = self.script.table(ins.table)
         assert sink is not None
+        self.materializer_reason = None
         misplaced = options.misplaced(sink.name, sink.options, "sink")
         if misplaced is not None:
             raise PlanError(misplaced)
@@ -211,6 +249,7 @@ class SinkPlanner(PlanGraph):
                 input_id = node.id
         elif ins.on_conflict is not None:
             raise PlanError(f"ON CONFLICT needs a sink with a PRIMARY KEY; '{sink.name}' has none")
+        self.materializer_reasons[sink.name] = self.materializer_reason
         last = self.node(input_id)
         self._add(
             "sink", f"sink:{sink.name}", [input_id], sink.column_names, sink.types,

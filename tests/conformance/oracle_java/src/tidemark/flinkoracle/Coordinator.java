@@ -67,6 +67,10 @@ public final class Coordinator {
     private long syncCheckpoint = -1;
     private final Map<Integer, Set<String>> watermarksEmitted = new HashMap<>();
     private long sinkWatermark = Long.MIN_VALUE;
+    // a statement set's sinks (script "sinks"): each must see a batch's watermark; snapshots
+    // and changes then name their sink. Empty: the one sink of a single INSERT.
+    private final Set<String> sinks = new HashSet<>();
+    private final Map<String, Long> sinkWatermarks = new HashMap<>();
     private final ArrayNode snapshots = JSON.createArrayNode();
     private final ArrayNode sinkChangelog = JSON.createArrayNode();
     private CompletableFuture<Void> changed = new CompletableFuture<>();
@@ -90,6 +94,11 @@ public final class Coordinator {
         Coordinator c = new Coordinator();
         for (JsonNode t : script.get("tables")) {
             c.tables.add(t.asText());
+        }
+        if (script.has("sinks")) {
+            for (JsonNode t : script.get("sinks")) {
+                c.sinks.add(t.asText());
+            }
         }
         int batchNo = 0;
         for (JsonNode batch : script.get("batches")) {
@@ -279,20 +288,34 @@ public final class Coordinator {
         }
     }
 
-    synchronized void onSinkChange(String kind, ArrayNode row) {
+    synchronized void onSinkChange(String sink, String kind, ArrayNode row) {
         ObjectNode ch = JSON.createObjectNode();
+        if (!sinks.isEmpty()) {
+            ch.put("sink", sink);
+        }
         ch.put("kind", kind);
         ch.set("row", row);
         sinkChangelog.add(ch);
     }
 
-    synchronized void onSinkWatermark(long watermark, ArrayNode table) {
+    synchronized void onSinkWatermark(String sink, long watermark, ArrayNode table) {
         ObjectNode snap = JSON.createObjectNode();
+        if (!sinks.isEmpty()) {
+            snap.put("sink", sink);
+        }
         snap.put("watermark", watermark);
         snap.put("changes", sinkChangelog.size());
         snap.set("table", table);
         snapshots.add(snap);
-        sinkWatermark = Math.max(sinkWatermark, watermark);
+        sinkWatermarks.merge(sink, watermark, Math::max);
+        // the slowest sink paces the lockstep
+        if (sinks.isEmpty() || sinkWatermarks.keySet().containsAll(sinks)) {
+            long slowest = Long.MAX_VALUE;
+            for (long w : sinkWatermarks.values()) {
+                slowest = Math.min(slowest, w);
+            }
+            sinkWatermark = Math.max(sinkWatermark, slowest);
+        }
         signal();
     }
 }

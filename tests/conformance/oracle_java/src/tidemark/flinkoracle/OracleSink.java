@@ -22,22 +22,25 @@ public final class OracleSink implements Sink<RowData> {
     private static final ObjectMapper JSON = new ObjectMapper();
 
     private final String caseId;
+    private final String name;
     private final LogicalType[] types;
     private final int[] pk;
 
-    OracleSink(String caseId, LogicalType[] types, int[] pk) {
+    OracleSink(String caseId, String name, LogicalType[] types, int[] pk) {
         this.caseId = caseId;
+        this.name = name;
         this.types = types;
         this.pk = pk;
     }
 
     @Override
     public SinkWriter<RowData> createWriter(WriterInitContext context) {
-        return new Writer(Coordinator.get(caseId), types, pk);
+        return new Writer(Coordinator.get(caseId), name, types, pk);
     }
 
     static final class Writer implements SinkWriter<RowData> {
         private final Coordinator coord;
+        private final String name;
         private final LogicalType[] types;
         private final int[] pk;
         private final RowData.FieldGetter[] getters;
@@ -46,8 +49,9 @@ public final class OracleSink implements Sink<RowData> {
         // a sink without a primary key holds a multiset: how many copies of each row
         private final Map<String, Integer> copies = new TreeMap<>();
 
-        Writer(Coordinator coord, LogicalType[] types, int[] pk) {
+        Writer(Coordinator coord, String name, LogicalType[] types, int[] pk) {
             this.coord = coord;
+            this.name = name;
             this.types = types;
             this.pk = pk;
             this.getters = new RowData.FieldGetter[types.length];
@@ -64,7 +68,7 @@ public final class OracleSink implements Sink<RowData> {
                 key.add(row.get(i));
             }
             RowKind kind = element.getRowKind();
-            coord.onSinkChange(kind.shortString(), row);
+            coord.onSinkChange(name, kind.shortString(), row);
             boolean add = kind == RowKind.INSERT || kind == RowKind.UPDATE_AFTER;
             if (pk.length == 0) {
                 String text = row.toString();
@@ -93,7 +97,7 @@ public final class OracleSink implements Sink<RowData> {
                     snap.add(e.getValue());
                 }
             }
-            coord.onSinkWatermark(watermark.getTimestamp(), snap);
+            coord.onSinkWatermark(name, watermark.getTimestamp(), snap);
         }
 
         @Override

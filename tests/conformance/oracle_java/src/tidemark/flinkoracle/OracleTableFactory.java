@@ -76,7 +76,8 @@ public final class OracleTableFactory implements DynamicTableSourceFactory, Dyna
     public DynamicTableSink createDynamicTableSink(Context context) {
         FactoryUtil.TableFactoryHelper helper = FactoryUtil.createTableFactoryHelper(this, context);
         helper.validate();
-        return new Snk(helper.getOptions().get(CASE), types(context), context.getPrimaryKeyIndexes());
+        return new Snk(helper.getOptions().get(CASE), context.getObjectIdentifier().getObjectName(),
+                types(context), context.getPrimaryKeyIndexes());
     }
 
     static final class Src implements ScanTableSource, SupportsSourceWatermark, SupportsWatermarkPushDown {
@@ -139,11 +140,13 @@ public final class OracleTableFactory implements DynamicTableSourceFactory, Dyna
 
     static final class Snk implements DynamicTableSink {
         private final String caseId;
+        private final String name;
         private final LogicalType[] types;
         private final int[] pk;
 
-        Snk(String caseId, LogicalType[] types, int[] pk) {
+        Snk(String caseId, String name, LogicalType[] types, int[] pk) {
             this.caseId = caseId;
+            this.name = name;
             this.types = types;
             this.pk = pk;
         }
@@ -155,12 +158,12 @@ public final class OracleTableFactory implements DynamicTableSourceFactory, Dyna
 
         @Override
         public SinkRuntimeProvider getSinkRuntimeProvider(Context context) {
-            return SinkV2Provider.of(new OracleSink(caseId, types, pk));
+            return SinkV2Provider.of(new OracleSink(caseId, name, types, pk));
         }
 
         @Override
         public DynamicTableSink copy() {
-            return new Snk(caseId, types, pk);
+            return new Snk(caseId, name, types, pk);
         }
 
         @Override
