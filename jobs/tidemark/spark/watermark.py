@@ -18,7 +18,7 @@ from tidemark.engine.errors import PlanError
 def check_supported(pipeline: Any) -> None:
     """Refuse what the Spark host cannot run with event time (module docstring)."""
     for node in pipeline.nodes:
-        if node.kind == "window_aggregate":
+        if node.kind in ("window_aggregate", "window_rank", "window_join"):
             raise PlanError(
                 f"stage [{node.id}] {node.name}: window aggregation does not run on Spark yet "
                 "(it runs in `tidemark replay`); see docs/sql.md, \"Event time and windows\""

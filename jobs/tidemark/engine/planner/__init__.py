@@ -3,7 +3,7 @@ changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
 ``select``, ``join``, ``lookup``, ``aggregate``, ``rank`` and ``union`` build stages, ``window``
-event time and windows, ``sink`` applies the sink policy;
+event time and windows, ``window_ops`` window Top-N and window joins, ``sink`` applies the sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
 
@@ -18,13 +18,14 @@ from tidemark.engine.planner.rank import RankPlanner
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
 from tidemark.engine.planner.window import WindowPlanner
+from tidemark.engine.planner.window_ops import WindowOpsPlanner
 from tidemark.engine.planner.union import UnionPlanner
 
 __all__ = ["Node", "Planner", "format_key"]
 
 
 class Planner(
-    WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, UnionPlanner, SinkPlanner
+    WindowOpsPlanner, WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, UnionPlanner, SinkPlanner
 ):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 

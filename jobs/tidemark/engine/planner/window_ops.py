@@ -1,0 +1,166 @@
+"""Window Top-N and window join, as Flink plans them: a rank or a join is planned as usual
+first, then becomes the window operator when its inputs are windowed.
+
+A node is windowed when it carries the bounds of one window as columns: a window table
+function's output, a window aggregate's (its ``window_start`` and ``window_end`` groups), a
+window Top-N's or an inner or left window join's (the left side's bounds), and a calc that
+passes both bounds on (renamed or not, Flink's window properties). Then:
+
+- a ``ROW_NUMBER`` closed by a constant range whose PARTITION BY holds the input's
+  ``window_start`` and ``window_end`` is a window Top-N (``stages.window_rank``);
+- a join of two windowed inputs whose equi keys pair both sides' ``window_start`` and both
+  ``window_end`` is a window join (``stages.window_join``); pairing only one of them, or two
+  different windows, is refused with Flink's reasons. Joining one windowed input with
+  anything else stays a regular join, as in Flink.
+
+Both need insert-only inputs and emit insert-only rows when the watermark passes the window.
+SESSION windows (a legacy group window here) carry no window for these, as in Flink.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from tidemark.engine.expressions import col_index
+from tidemark.engine.planner.graph import PlanGraph
+from tidemark.engine.planner.node import Node
+from tidemark.engine.planner.scope import Scope
+from tidemark.engine.sql import sql_error
+
+
+class WindowOpsPlanner(PlanGraph):
+    """Turns ranks and joins over windowed inputs into window operators (module docstring);
+    comes before the rank and join builders in ``Planner``'s bases."""
+
+    def windowed(self, node_id: int) -> tuple[int, int, Node] | None:
+        """``(window_start, window_end, window node)``: where ``node_id``'s rows carry their
+        window's bounds, and the window table function that made them; None if they do not."""
+        node = self.node(node_id)
+        if node.kind == "window":
+            return None if node.stage.spec.kind == "SESSION" else (node.width - 3, node.width - 2, node)
+        if node.kind in ("calc", "window_rank", "window_aggregate", "window_join"):
+            below = self.windowed(node.inputs[0])
+            if below is None or (node.kind == "window_join" and node.stage.join_type not in ("inner", "left")):
+                return None
+            if node.kind == "window_aggregate":
+                group = node.stage.group_by  # the output starts with the group columns
+                return group.index(node.stage.window_start_index), group.index(node.stage.window_end_index), below[2]
+            if node.kind == "calc" and node.stage.projections is not None:
+                picks = [col_index(e) for e in node.stage.projections]
+                if below[0] not in picks or below[1] not in picks:
+                    return None
+                return picks.index(below[0]), picks.index(below[1]), below[2]
+            return below
+        return None
+
+    # ------------------------------------------------------------------ window Top-N
+
+    def bound_rank(self, sel: exp.Select, scope: Scope, node_id: int, predicate: exp.Expr | None) -> exp.Expr | None:
+        open_before = dict(self.open_ranks)  # type: ignore[attr-defined]
+        rest = super().bound_rank(sel, scope, node_id, predicate)  # type: ignore[misc]
+        for rank_id, window in open_before.items():
+            if rank_id not in self.open_ranks:  # type: ignore[attr-defined]
+                self._make_window_rank(self.node(rank_id), node_id, window)
+        return rest
+
+    def _make_window_rank(self, rank: Node, top_id: int, where: exp.Expr) -> None:
+        from tidemark.engine.stages.window_rank import WindowRank
+
+        stage = rank.stage
+        inp = self.node(rank.inputs[0])
+        found = self.windowed(inp.id)
+        if found is None or not {found[0], found[1]} <= set(stage.partition):
+            return
+        start, end, window = found
+        self._check_insert_only(inp, "window Top-N", where)
+        last = stage.top1 and len(stage.order) == 1 and stage.order[0].descending and (
+            self._traced(inp.id, stage.order[0].column, window.inputs[0]) == window.stage.time_index
+        )
+        rank.stage = WindowRank(
+            stage.partition, stage.order, stage.start, stage.end, stage.types, end, window.detail["watermark_of"],
+            output_rank=stage.output_rank, ties="last" if last else "first", name=rank.name,
+        )  # fmt: skip
+        rank.kind = "window_rank"
+        rank.detail["input"] = f"insert-only: keeps the first {stage.end} rows per partition until the window fires"
+        rank.detail["window"] = window.detail["window"]
+        if last:
+            rank.detail["deduplicate"] = "keep the last row by event time (an equal one replaces)"
+        node = self.node(top_id)
+        while True:  # the rank and the calcs above it that the enclosing query reads
+            node.changelog_mode = "append"
+            if node.id == rank.id:
+                break
+            node = self.node(node.inputs[0])
+
+    def _traced(self, node_id: int, column: int, target_id: int) -> int | None:
+        """Which column of ``target_id`` column ``column`` of ``node_id`` is, through calcs
+        that pass it on and window table functions; None if it is computed."""
+        node = self.node(node_id)
+        while node.id != target_id:
+            if node.kind == "calc" and node.stage.projections is not None:
+                column = col_index(node.stage.projections[column])
+            elif node.kind == "window":
+                column = column if column < node.width - 3 else None
+            elif node.kind != "calc":
+                return None
+            if column is None:
+                return None
+            node = self.node(node.inputs[0])
+        return column
+
+    # ------------------------------------------------------------------ window join
+
+    def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None) -> int:
+        node_id = super().join(join, scope, left_id, pending)  # type: ignore[misc]
+        node = self.node(node_id)
+        if node.kind == "join":
+            self._make_window_join(node, join.args.get("on") or join.this)
+        return node_id
+
+    def _make_window_join(self, node: Node, where: exp.Expr) -> None:
+        from tidemark.engine.stages.window_join import WindowJoin
+
+        left, right = self.node(node.inputs[0]), self.node(node.inputs[1])
+        found = self.windowed(left.id), self.windowed(right.id)
+        if found[0] is None or found[1] is None:
+            return
+        (ls, le, lwindow), (rs, re, rwindow) = found
+        regular = getattr(node.stage, "join", node.stage)  # a delta join holds its regular join
+        lkeys, rkeys = regular.keys
+        pairs = set(zip(lkeys, rkeys))
+        bounds = ((ls, rs) in pairs, (le, re) in pairs)
+        if not any(bounds):
+            return
+        if not all(bounds):
+            raise sql_error(
+                "a window join needs both L.window_start = R.window_start and L.window_end = R.window_end "
+                "in its ON condition (Flink's rule), not only one of them",
+                where,
+            )
+        if lwindow.stage.spec != rwindow.stage.spec:
+            raise sql_error(
+                f"a window join needs the same window on both sides, not {lwindow.detail['window']} and "
+                f"{rwindow.detail['window']} (Flink's rule)",
+                where,
+            )
+        for side in (left, right):
+            self._check_insert_only(side, "window join", where)
+        sources = set(lwindow.detail["watermark_of"]) | set(rwindow.detail["watermark_of"])
+        node.stage = WindowJoin(
+            regular.join_type, lkeys, rkeys, (left.types, right.types), (le, re), sorted(sources),
+            residual=regular.residual, name=node.name,
+        )  # fmt: skip
+        node.kind = "window_join"
+        node.changelog_mode = "append"
+        self._delta_fallback.pop(node.id, None)
+        for key in ("strategy", "strategy_reason", "delta_join"):
+            node.detail.pop(key, None)
+        node.detail["window"] = lwindow.detail["window"]
+
+    def _check_insert_only(self, node: Node, what: str, where: exp.Expr) -> None:
+        if node.changelog_mode != "append":
+            raise sql_error(
+                f"a {what} needs insert-only inputs, and '{node.name}' is a {node.changelog_mode} "
+                "changelog (Flink's rule: window operators over updates are not defined)",
+                where,
+            )
