@@ -238,9 +238,9 @@ class WindowPlanner(PlanGraph):
         for window_id, call in self._window_calls.items():
             if not self._feeds_window_aggregate(window_id):
                 raise sql_error(
-                    f"{call.function}(...) is only supported under a window aggregate (GROUP BY window_start, "
-                    "window_end), a window Top-N (ROW_NUMBER() OVER (PARTITION BY window_start, window_end ...)) "
-                    "or a window join (ON L.window_start = R.window_start AND L.window_end = R.window_end); "
+                    f"{call.function}(...) is only supported under GROUP BY window_start, window_end (a window "
+                    "aggregate), ROW_NUMBER() OVER (PARTITION BY window_start, window_end ...) filtered on the row "
+                    "number (a window Top-N) or a join ON both sides' window_start and window_end (a window join); "
                     "selecting its rows directly is not supported yet",
                     call,
                 )
