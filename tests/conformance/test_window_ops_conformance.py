@@ -5,17 +5,22 @@ and full window joins with and without a residual condition).
 
 As for the window aggregates (``test_window_conformance.py``), the oracle fires every window
 at the end of input and the replay host as its watermark passes; no record is late, so the
-final tables must be equal. Flink is asked whether it plans the same operator too: its
-``EXPLAIN`` must name ``WindowRank`` / ``WindowDeduplicate`` / ``WindowJoin`` where Tidemark
-plans a window operator (``test_flink_plans_the_same_window_operators``).
+final tables must be equal. Flink is asked whether it plans the same operators too: its
+``EXPLAIN`` (``flink_explain.py``) must name as many ``WindowRank`` / ``WindowDeduplicate``,
+``WindowJoin`` and window aggregates as Tidemark plans window Top-Ns, window joins and window
+aggregates (``test_flink_plans_the_same_window_operators``).
 
 ``make test`` runs a few seeds; ``make conformance`` (``TIDEMARK_CONFORMANCE=full``) more.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
+import re
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -84,3 +89,38 @@ def test_windows_fire_before_the_end_when_the_watermark_passes_them() -> None:
     """The suite is not only an end-of-input check: most workloads release rows early."""
     early = [w.name for w in WORKLOADS if sum(run_tidemark(w)[1]) > 0]
     assert len(early) >= len(WORKLOADS) // 2, early
+
+
+#: Flink's physical operators -> the Tidemark node kinds that plan the same work
+_FLINK_OPERATORS = {"WindowRank": "window_rank", "WindowDeduplicate": "window_rank", "WindowJoin": "window_join",
+                    "GlobalWindowAggregate": "window_aggregate", "WindowAggregate": "window_aggregate"}
+_PLANS = [generate.window_op_workload(1, shape) for shape in sorted(generate.WINDOW_OP_QUERIES)]
+
+
+@pytest.fixture(scope="session")
+def flink_plans() -> dict[str, str]:
+    """Flink's EXPLAIN per workload of seed 1 (the SQL is the same for every seed), cached
+    beside the oracle's results under the hash of the SQL."""
+    cache = harness.CACHE / f"explain-{hashlib.sha256(json.dumps([w.sql for w in _PLANS]).encode()).hexdigest()[:20]}.json"
+    if cache.exists():
+        return json.loads(cache.read_text(encoding="utf-8"))
+    if not harness.FLINK_PYTHON.exists():
+        pytest.fail(f"Flink 2.3's python is missing ({harness.FLINK_PYTHON}); run `make install-flink`", pytrace=False)
+    spec = json.dumps({"cases": [{"id": w.name, "sql": w.sql} for w in _PLANS]})
+    proc = subprocess.run([str(harness.FLINK_PYTHON), str(HERE / "flink_explain.py")], input=spec,
+                          capture_output=True, text=True, timeout=900, cwd=HERE)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    plans = json.loads(proc.stdout)["plans"]
+    cache.parent.mkdir(exist_ok=True)
+    cache.write_text(json.dumps(plans), encoding="utf-8")
+    return plans
+
+
+@pytest.mark.parametrize("w", _PLANS, ids=[w.shape for w in _PLANS])
+def test_flink_plans_the_same_window_operators(w: generate.Workload, flink_plans: dict[str, str]) -> None:
+    text = flink_plans[w.name]
+    assert not text.startswith("error"), text
+    physical = text.split("== Optimized Physical Plan ==")[1].split("== Optimized Execution Plan ==")[0]
+    theirs = Counter(_FLINK_OPERATORS[op] for op in re.findall(r"(\w+)\(", physical) if op in _FLINK_OPERATORS)
+    ours = Counter(n.kind for n in compile_sql(w.sql).nodes if n.kind in _FLINK_OPERATORS.values())
+    assert ours == theirs, f"{w.shape}: Tidemark plans {dict(ours)}, Flink {dict(theirs)}"
