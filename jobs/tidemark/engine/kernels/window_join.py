@@ -18,16 +18,14 @@ import polars as pl
 from tidemark.engine.arrow_types import python_values
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import INSERT, Change
-from tidemark.engine.event_time import watermark_of
-from tidemark.engine.kernels.frame_state import FrameState
-from tidemark.engine.kernels.window_rows import on_time, pos_columns, position, row_frame, split_fired
+from tidemark.engine.kernels.window_rows import WindowRows, on_time, pos_columns, position, row_frame
 from tidemark.engine.stage import BatchContext
 
 _SIDE = "$side"
 _ID = "$id"
 
 
-class WindowJoinKernel(FrameState):
+class WindowJoinKernel(WindowRows):
     """``process_batch`` and the typed state protocol (``tidemark.engine.state_codec``) for
     one ``WindowJoin``; the state is a polars frame of kept rows, or None."""
 
@@ -43,12 +41,10 @@ class WindowJoinKernel(FrameState):
         # each side's columns typed and empty: a side's rows get the other's as NULLs
         self._empty = [row_frame([], self.columns[s], stage.types[s], stage.window_end[s]) for s in (0, 1)]
 
-    def process_batch(
-        self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, ctx: BatchContext
-    ) -> tuple[pl.DataFrame | None, ChangeBatch]:
+    def add(
+        self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, before: int | None, ctx: BatchContext
+    ) -> pl.DataFrame | None:
         stage = self.stage
-        before = watermark_of(ctx.previous_watermarks, stage.sources)
-        after = watermark_of(ctx.watermarks, stage.sources)
         for side in (0, 1):
             changes = on_time(stage.name, inputs[side].changes(), stage.window_end[side], before, ctx)
             if changes:
@@ -56,14 +52,9 @@ class WindowJoinKernel(FrameState):
                 frame = pl.concat([self._empty[1 - side], frame], how="diagonal_relaxed")
                 frame = frame.with_columns(pl.lit(side, pl.Int8).alias(_SIDE))
                 state = frame if state is None else pl.concat([state, frame], how="diagonal_relaxed")
-        if state is None or after is None:
-            return state, ChangeBatch(changes=[])
-        fired, rest = split_fired(state, after)
-        if fired.height == 0:
-            return rest, ChangeBatch(changes=[])
-        return rest, ChangeBatch(changes=self._joined(fired))
+        return state
 
-    def _joined(self, fired: pl.DataFrame) -> list[Change]:
+    def emit(self, fired: pl.DataFrame) -> list[Change]:
         """The fired windows' join result (both sides' rows of one window share their
         bounds, which are among the equi keys)."""
         stage = self.stage

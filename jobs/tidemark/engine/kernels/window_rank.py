@@ -16,15 +16,13 @@ import polars as pl
 from tidemark.engine.arrow_types import python_values
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import INSERT, Change
-from tidemark.engine.event_time import watermark_of
-from tidemark.engine.kernels.frame_state import FrameState
-from tidemark.engine.kernels.window_rows import on_time, pos_columns, position, row_frame, split_fired
+from tidemark.engine.kernels.window_rows import WindowRows, on_time, pos_columns, position, row_frame
 from tidemark.engine.stage import BatchContext
 
 _RANK = "$rank"
 
 
-class WindowRankKernel(FrameState):
+class WindowRankKernel(WindowRows):
     """``process_batch`` and the typed state protocol (``tidemark.engine.state_codec``) for
     one ``WindowRank``; the state is a polars frame of kept rows, or None."""
 
@@ -38,24 +36,19 @@ class WindowRankKernel(FrameState):
         self.rows = [f"f{i}" for i in range(stage.width)]
         self.part = [self.rows[i] for i in stage.partition]
 
-    def process_batch(
-        self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, ctx: BatchContext
-    ) -> tuple[pl.DataFrame | None, ChangeBatch]:
+    def add(
+        self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, before: int | None, ctx: BatchContext
+    ) -> pl.DataFrame | None:
         stage = self.stage
-        before = watermark_of(ctx.previous_watermarks, stage.sources)
-        after = watermark_of(ctx.watermarks, stage.sources)
         changes = on_time(stage.name, inputs[0].changes(), stage.window_end_index, before, ctx)
-        if changes:
-            frame = row_frame(changes, self.rows, stage.types, stage.window_end_index)
-            state = frame if state is None else pl.concat([state, frame], how="diagonal_relaxed")
-            state = self._ranked(state).filter(pl.col(_RANK) <= stage.end).drop(_RANK)
-        if state is None or after is None:
-            return state, ChangeBatch(changes=[])
-        fired, rest = split_fired(state, after)
-        if fired.height == 0:
-            return rest, ChangeBatch(changes=[])
-        ranked = self._ranked(fired).filter(pl.col(_RANK) >= stage.start)
-        return rest, ChangeBatch(changes=self._rows(ranked))
+        if not changes:
+            return state
+        frame = row_frame(changes, self.rows, stage.types, stage.window_end_index)
+        state = frame if state is None else pl.concat([state, frame], how="diagonal_relaxed")
+        return self._ranked(state).filter(pl.col(_RANK) <= stage.end).drop(_RANK)
+
+    def emit(self, fired: pl.DataFrame) -> list[Change]:
+        return self._rows(self._ranked(fired).filter(pl.col(_RANK) >= self.stage.start))
 
     def _ranked(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Rows in rank order per partition (module docstring of the stage), with their rank."""

@@ -1,6 +1,6 @@
-"""What the window Top-N and window join kernels share: a windowed input's rows of one batch
-with the late ones dropped, as a typed polars frame they keep until their window fires, and
-those rows back as changes.
+"""What the window Top-N and window join kernels share: the batch loop of a kernel that
+keeps a windowed input's rows until their window fires (``WindowRows``), the late rows
+dropped, the rows as a typed polars frame.
 
 A row is late when its window had fired before the batch that carries it: its
 ``window_end - 1`` is at or below the stage's watermark before the batch (the rule of the
@@ -11,14 +11,17 @@ falls in counts once in ``late_records_dropped``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
 
 from tidemark.engine.arrow_types import arrow_type
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import TidemarkError
-from tidemark.engine.event_time import epoch_ms
+from tidemark.engine.event_time import epoch_ms, watermark_of
+from tidemark.engine.kernels.frame_state import FrameState
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.types import SqlType
 
@@ -65,8 +68,33 @@ def position(values: Sequence[int | None]) -> tuple[int, ...]:
     return tuple(v for v in values if v is not None)
 
 
-def split_fired(state: pl.DataFrame, watermark: int) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """The rows whose window the watermark has passed, and the rest (None when none)."""
-    fired = pl.col(END) - 1 <= watermark
-    rest = state.filter(~fired)
-    return state.filter(fired), (rest if rest.height else None)
+class WindowRows(FrameState):
+    """``process_batch`` of a kernel whose state is the rows of open windows (a polars frame
+    with an ``END`` column, or None): ``add`` the batch's rows, then ``emit`` the rows of the
+    windows the watermark has passed and forget them. ``stage.sources`` are the tables whose
+    watermarks the stage waits for."""
+
+    stage: Any
+
+    def add(
+        self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, before: int | None, ctx: BatchContext
+    ) -> pl.DataFrame | None:
+        """The state with the batch's rows that are on time (``before``: the watermark
+        before the batch)."""
+        raise NotImplementedError
+
+    def emit(self, fired: pl.DataFrame) -> list[Change]:
+        """The output of the rows of the fired windows."""
+        raise NotImplementedError
+
+    def process_batch(
+        self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, ctx: BatchContext
+    ) -> tuple[pl.DataFrame | None, ChangeBatch]:
+        sources = self.stage.sources
+        state = self.add(inputs, state, watermark_of(ctx.previous_watermarks, sources), ctx)
+        after = watermark_of(ctx.watermarks, sources)
+        if state is None or after is None:
+            return state, ChangeBatch(changes=[])
+        due = pl.col(END) - 1 <= after
+        fired, rest = state.filter(due), state.filter(~due)
+        return (rest if rest.height else None), ChangeBatch(changes=self.emit(fired) if fired.height else [])
