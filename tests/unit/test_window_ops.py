@@ -114,7 +114,19 @@ def test_window_deduplication_by_event_time_descending_keeps_the_last_row_and_an
     assert [c.row for c in host.finish(now_ms=0)] == [(at(0), 3, 0, 1)]
 
 
-def test_a_rank_not_partitioned_by_the_window_stays_a_regular_rank():
+def test_a_rank_not_partitioned_by_both_window_bounds_is_no_window_top_n():
+    """Over a window aggregate it stays a regular rank (with retractions); a window table
+    function read by it is refused, as a window table function read directly is."""
+    over_aggregate = table("bids") + (
+        "CREATE TABLE out (ws TIMESTAMP(3), k BIGINT) WITH ('format' = 'changelog-json');\n"
+        "INSERT INTO out SELECT ws, k FROM (\n"
+        "  SELECT *, ROW_NUMBER() OVER (PARTITION BY ws ORDER BY n DESC) AS rn FROM (\n"
+        "    SELECT window_start AS ws, window_end AS we, k, COUNT(*) AS n\n"
+        f"    FROM {tumble('bids')} GROUP BY window_start, window_end, k)) WHERE rn = 1"
+    )
+    pipeline = compile_sql(over_aggregate)
+    assert [n.kind for n in pipeline.nodes if "rank" in n.kind] == ["rank"]
+    assert stage_node(pipeline, "rank").changelog_mode == "retract"
     sql = TOP2.replace("PARTITION BY window_start, window_end", "PARTITION BY window_start")
     with pytest.raises(SqlError, match=r"TUMBLE\(\.\.\.\) is only supported under GROUP BY window_start, window_end \(a window aggregate\), ROW_NUMBER"):
         compile_sql(sql)
