@@ -208,9 +208,11 @@ def test_the_window_kernels_state_is_typed_arrow_and_survives_a_round_trip():
      "L.k = R.k"),
     (join_sql().replace("CREATE TABLE l (k BIGINT", "CREATE TABLE l (k BIGINT PRIMARY KEY NOT ENFORCED")
      .replace("WITH ('format' = 'json');\nCREATE TABLE r", "WITH ('format' = 'upsert-json');\nCREATE TABLE r"),
-     "a window join needs insert-only inputs, and 'window#2' is a retract changelog", "L.k = R.k"),
+     "a window join needs insert-only inputs, and 'normalize:l' is a retract changelog", "L.k = R.k"),
+    (TOP2.replace("(k BIGINT,", "(k BIGINT PRIMARY KEY NOT ENFORCED,").replace("'json'", "'upsert-json'", 1),
+     "a window Top-N needs insert-only inputs, and 'normalize:bids' is a retract changelog", "ROW_NUMBER()"),
 ])
-def test_window_joins_flink_refuses_are_refused_by_name_and_position(sql, message, token):
+def test_window_operators_flink_refuses_are_refused_by_name_and_position(sql, message, token):
     with pytest.raises(SqlError, match=message) as e:
         compile_sql(sql)
     line = next(i for i, text in enumerate(sql.splitlines(), start=1) if token in text)

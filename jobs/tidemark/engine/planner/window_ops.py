@@ -159,6 +159,8 @@ class WindowOpsPlanner(PlanGraph):
 
     def _check_insert_only(self, node: Node, what: str, where: exp.Expr) -> None:
         if node.changelog_mode != "append":
+            while node.kind in ("calc", "window"):  # name the stage that makes the changelog
+                node = self.node(node.inputs[0])
             raise sql_error(
                 f"a {what} needs insert-only inputs, and '{node.name}' is a {node.changelog_mode} "
                 "changelog (Flink's rule: window operators over updates are not defined)",
