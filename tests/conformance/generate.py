@@ -1107,3 +1107,13 @@ def window_op_workload(seed: int, shape: str) -> Workload:
     sql = "\n".join([*(_WINDOW_TABLE.format(name=t) for t in tables), sink, insert])
     return Workload(name=f"window-op-{shape}-{seed}", shape=shape, strategy="", seed=seed, sql=sql,
                     inputs=inputs, conflicts="none")
+
+
+def window_op_changelog_workload(shape: str) -> Workload:
+    """``window_op_workload(1, shape)`` with ``bids`` an upsert changelog (``PRIMARY KEY
+    (id)``, the same rows): Flink 2.3 refuses a window Top-N or window join over it."""
+    w = window_op_workload(1, shape)
+    bids = _WINDOW_TABLE.format(name="bids")
+    keyed = bids.replace("ts TIMESTAMP(3), ", "ts TIMESTAMP(3), PRIMARY KEY (id) NOT ENFORCED, ")
+    return Workload(**{**w.__dict__, "name": f"window-op-changelog-{shape}", "pks": {"bids": "id"},
+                       "sql": w.sql.replace(bids, keyed.replace("'json'", "'upsert-json'"))})

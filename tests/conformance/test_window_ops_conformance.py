@@ -8,7 +8,8 @@ at the end of input and the replay host as its watermark passes; no record is la
 final tables must be equal. Flink is asked whether it plans the same operators too: its
 ``EXPLAIN`` (``flink_explain.py``) must name as many ``WindowRank`` / ``WindowDeduplicate``,
 ``WindowJoin`` and window aggregates as Tidemark plans window Top-Ns, window joins and window
-aggregates (``test_flink_plans_the_same_window_operators``).
+aggregates (``test_flink_plans_the_same_window_operators``). Over a changelog both refuse
+a window Top-N and a window join (``test_over_a_changelog_both_refuse_...``).
 
 ``make test`` runs a few seeds; ``make conformance`` (``TIDEMARK_CONFORMANCE=full``) more.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tidemark.engine.changelog import Change
+from tidemark.engine.errors import SqlError
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.records import parse_row
 from tidemark.engine.replay import ReplayHost
@@ -89,6 +91,27 @@ def test_windows_fire_before_the_end_when_the_watermark_passes_them() -> None:
     """The suite is not only an end-of-input check: most workloads release rows early."""
     early = [w.name for w in WORKLOADS if sum(run_tidemark(w)[1]) > 0]
     assert len(early) >= len(WORKLOADS) // 2, early
+
+
+CHANGELOG_WORKLOADS = [generate.window_op_changelog_workload(s) for s in ("topn_tumble", "dedup_last", "join_left")]
+
+
+@pytest.fixture(scope="session")
+def flink_on_changelogs() -> dict[str, dict]:
+    try:
+        return harness.flink_results([w.spec_case() for w in CHANGELOG_WORKLOADS])
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.mark.parametrize("w", CHANGELOG_WORKLOADS, ids=[w.shape for w in CHANGELOG_WORKLOADS])
+def test_over_a_changelog_both_refuse_window_top_n_and_window_join(
+    w: generate.Workload, flink_on_changelogs: dict[str, dict]
+) -> None:
+    report = flink_on_changelogs[w.name]
+    assert not report["ok"] and "doesn't support consuming update and delete changes" in report["error"], report
+    with pytest.raises(SqlError, match=r"needs insert-only inputs, and 'normalize:bids' is a retract changelog"):
+        compile_sql(w.sql)
 
 
 #: Flink's physical operators -> the Tidemark node kinds that plan the same work
