@@ -315,6 +315,10 @@ def _java_error(exc: BaseException) -> str:
 # Running cases
 # --------------------------------------------------------------------------------------------
 
+PLANNER_THREAD_ERROR = "NullPointerException: metadataHandlerProvider"
+PLANNER_THREAD_RETRIES = 5
+
+
 class Oracle:
     """Runs cases as jobs on one session mini-cluster, ``slots`` of them at a time."""
 
@@ -344,6 +348,17 @@ class Oracle:
         return self._envs[key]
 
     def submit(self, case: dict) -> dict:
+        """Plan ``case`` and submit its job, again when planning failed on Calcite's metadata
+        provider missing from the JVM thread py4j ran the call on (a query calling a Python
+        UDF can land on a thread the planner never set up: ``PLANNER_THREAD_ERROR``)."""
+        for _ in range(PLANNER_THREAD_RETRIES):
+            job = self._submit_once(case)
+            if PLANNER_THREAD_ERROR not in (job["result"]["error"] or ""):
+                return job
+            self._envs.clear()  # plan the next try in a table environment of its own
+        return job
+
+    def _submit_once(self, case: dict) -> dict:
         """Plan ``case`` and submit its job. Returns the running job's handle, or the case's
         result when Flink rejected it at planning."""
         res = {"id": case["id"], "ok": False, "error": None, "phase": "plan", "steps": [],

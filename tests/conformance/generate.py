@@ -464,6 +464,29 @@ def shape_lookup_left_join(rng: random.Random, strategy: str) -> tuple[list[Tabl
     return _lookup_shape(rng, "LEFT JOIN s2 FOR SYSTEM_TIME AS OF s1.pt AS d ON s1.level + 10 = d.id")
 
 
+def shape_udf_view(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """A Python UDF (``conformance_udfs.tag``) in a view with a filter, over a changelog with
+    NULLs: a retraction recomputes the function for the row it retracts."""
+    tables = [TableSpec("s", [Column("id", "BIGINT"), Column("name", "STRING", _pick(["a,b", "", None, "xyz"])),
+                              Column("v", "BIGINT", _pick([-3, 0, 2, None]))],
+                        "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(6))]
+    sink = ("CREATE FUNCTION tag AS 'conformance_udfs.tag' LANGUAGE PYTHON;\n"
+            "CREATE VIEW tagged AS SELECT id, tag(name, v) AS t, v FROM s WHERE v IS NULL OR v <> 0;\n"
+            "CREATE TABLE u (id BIGINT, t STRING, v BIGINT, PRIMARY KEY (id) NOT ENFORCED) "
+            "WITH ('topic' = 'u', 'format' = 'upsert-json');")
+    return tables, sink, "INSERT INTO u SELECT id, t, v FROM tagged", "none"
+
+
+def shape_union_distinct(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """UNION (distinct) of two CDC tables: a row stays while either branch still gives it;
+    the sink keyed by the first column alone sees the rows of both branches conflict."""
+    tables = _s1_s2(rng, rng.choice(["debezium-json", "upsert-json"]), ["a1", "b1"])
+    sink = ("CREATE TABLE ud (k BIGINT, a STRING, PRIMARY KEY (k) NOT ENFORCED) "
+            "WITH ('topic' = 'ud', 'format' = 'upsert-json');")
+    query = "INSERT INTO ud SELECT level, 'lvl' FROM s1 UNION SELECT id, attr FROM s2 WHERE attr <> 'b1'"
+    return tables, sink, query, "possible"
+
+
 SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str, str]]] = {
     "join_id": shape_join_id,
     "left_join_id": shape_left_join_id,
@@ -483,6 +506,8 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
     "union_agg": shape_union_agg,
     "lookup_join": shape_lookup_join,
     "lookup_left_join": shape_lookup_left_join,
+    "udf_view": shape_udf_view,
+    "union_distinct": shape_union_distinct,
 }
 
 #: shapes whose upsert key is the sink's primary key: no materializer, so one change adding
@@ -545,6 +570,11 @@ def _functions(r: dict) -> tuple:
     found = re.search(r"(\w+),(\w*)", name) if name is not None else None
     return (r["id"], "|".join(p for p in pieces if p is not None), case,
             None if v is None else 2 * v, v != 0, rpad, found.group(2) if found else None)
+
+
+def _tag(name: str | None, v: int | None) -> str | None:
+    """``conformance_udfs.tag``, computed here without either engine."""
+    return None if name is None else f"{name}#{'null' if v is None else v}"
 
 
 def _top(events: list[dict], n: int, descending: bool) -> list[tuple[int, dict]]:
@@ -610,6 +640,10 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
     "lookup_left_join": lambda t: [(_s1_s2_ids(a, b), (a["id"], a["level"], b["attr"] if b else None))
                                    for a, b in _join([{**a, "k": a["level"] + 10} for a in t["s1"]], t["s2"],
                                                      "k", "id", outer=True)],
+    "udf_view": lambda t: [(r["id"], (r["id"], _tag(r["name"], r["v"]), r["v"]))
+                           for r in t["s"] if r["v"] is None or r["v"] != 0],
+    "union_distinct": lambda t: [(row, row) for row in sorted(
+        {(a["level"], "lvl") for a in t["s1"]} | {(b["id"], b["attr"]) for b in t["s2"] if b["attr"] != "b1"})],
 }
 
 
@@ -623,6 +657,7 @@ LINEAGE_IDENTITY: dict[str, str] = {
     "topn_rank": "(category, rank)", "dedup_first": "category", "topn_by_id": "events.id",
     "union_all": "(branch table, its id)", "union_agg": "group (k)",
     "lookup_join": "(s1.id, s2.id)", "lookup_left_join": "(s1.id, s2.id)",
+    "udf_view": "s.id", "union_distinct": "the distinct row (k, a)",
 }
 
 
@@ -1117,3 +1152,36 @@ def window_op_changelog_workload(shape: str) -> Workload:
     keyed = bids.replace("ts TIMESTAMP(3), ", "ts TIMESTAMP(3), PRIMARY KEY (id) NOT ENFORCED, ")
     return Workload(**{**w.__dict__, "name": f"window-op-changelog-{shape}", "pks": {"bids": "id"},
                        "sql": w.sql.replace(bids, keyed.replace("'json'", "'upsert-json'"))})
+# OVER aggregation on event time (append-only input, disorder within the watermark delay)
+# --------------------------------------------------------------------------------------------
+
+#: frame name -> the OVER frame (all of them end at the current row, as Flink requires)
+OVER_FRAMES = {
+    "rows": "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
+    "range": "RANGE BETWEEN INTERVAL '2' SECOND PRECEDING AND CURRENT ROW",
+    "rows_unbounded": "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+    "range_unbounded": "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+}
+
+
+def over_workload(seed: int, frame: str) -> Workload:
+    """The bids of ``window_workload`` (out of order, never late; equal event times happen:
+    the clock moves in whole 100 ms steps) under an OVER aggregation per item with ``frame``
+    (one of ``OVER_FRAMES``), a computed column and a filter in front."""
+    base = window_workload(seed, "tumble")
+    rng = random.Random(f"tidemark-over-conformance-{seed}")
+    for batch in base.inputs["bids"]:
+        for rec in batch:  # coarser times, so rows of one item share one
+            rec["row"]["ts"] = rec["row"]["ts"][:-2] + "00"
+            rec["row"]["item"] = rng.randint(1, 3)
+    window = f"(PARTITION BY item ORDER BY ts {OVER_FRAMES[frame]})"
+    calls = ", ".join(f"{call} OVER {window}" for call in
+                      ("COUNT(*)", "COUNT(price)", "SUM(doubled)", "MIN(price)", "MAX(price)", "AVG(price)"))
+    sql = "\n".join([
+        base.sql.split("\n")[0],
+        "CREATE TABLE per_row (item BIGINT, price BIGINT, ts TIMESTAMP(3), n BIGINT, priced BIGINT, "
+        "total BIGINT, lo BIGINT, hi BIGINT, av BIGINT) WITH ('topic' = 'pr', 'format' = 'changelog-json');",
+        f"INSERT INTO per_row SELECT item, price, ts, {calls} FROM bids WHERE item <> 3 OR price > 10;",
+    ])
+    return Workload(name=f"over-{frame}-{seed}", shape=f"over_{frame}", strategy="", seed=seed,
+                    sql=sql, inputs=base.inputs, conflicts="none")

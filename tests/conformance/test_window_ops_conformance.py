@@ -45,6 +45,9 @@ pytestmark = pytest.mark.conformance
 FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
 SEEDS = range(1, 31) if FULL else range(1, 4)
 WORKLOADS = [generate.window_op_workload(s, shape) for s in SEEDS for shape in sorted(generate.WINDOW_OP_QUERIES)]
+#: shapes over window aggregates: Flink plans a window Top-N or window join there, Tidemark
+#: the regular rank or join (``tidemark.engine.planner.window_ops`` says why); same final table
+OVER_AGGREGATES = {"topn_of_window_aggregate", "join_of_window_aggregates", "join_of_cascaded_aggregate"}
 
 
 def run_tidemark(w: generate.Workload) -> tuple[list[list], list[int], int]:
@@ -61,7 +64,8 @@ def run_tidemark(w: generate.Workload) -> tuple[list[list], list[int], int]:
             batch[table] = [Change(r["kind"], parse_row(tdef, r["kind"], r["row"]), (r["seq"],)) for r in batches[b]]
             random.Random(f"shuffle-{w.name}-{table}-{b}").shuffle(batch[table])
         out = host.run_batch(batch, now_ms=b)
-        assert {c.kind for c in out} <= {"+I"}, "window operators emit inserts only"
+        if w.shape not in OVER_AGGREGATES:
+            assert {c.kind for c in out} <= {"+I"}, "window operators emit inserts only"
         emitted.append(len(out))
         rows.update(c.row for c in out)
     rows.update(c.row for c in host.finish(now_ms=w.n_batches()))
@@ -146,4 +150,8 @@ def test_flink_plans_the_same_window_operators(w: generate.Workload, flink_plans
     physical = text.split("== Optimized Physical Plan ==")[1].split("== Optimized Execution Plan ==")[0]
     theirs = Counter(_FLINK_OPERATORS[op] for op in re.findall(r"(\w+)\(", physical) if op in _FLINK_OPERATORS)
     ours = Counter(n.kind for n in compile_sql(w.sql).nodes if n.kind in _FLINK_OPERATORS.values())
+    if w.shape in OVER_AGGREGATES:  # Flink's window Top-N or window join is the regular one here
+        assert theirs["window_rank"] + theirs["window_join"] == 1, dict(theirs)
+        assert ours["window_rank"] + ours["window_join"] == 0, dict(ours)
+        return
     assert ours == theirs, f"{w.shape}: Tidemark plans {dict(ours)}, Flink {dict(theirs)}"

@@ -71,6 +71,11 @@ def from_epoch_ms(ms: int) -> _dt.datetime:
     return _EPOCH + _dt.timedelta(milliseconds=ms)
 
 
+def greatest_ms(event_times: Iterable[_dt.datetime | None]) -> int | None:
+    """The latest of some event times, in epoch milliseconds (NULLs do not count; None: none left)."""
+    return max((epoch_ms(t) for t in event_times if t is not None), default=None)
+
+
 @dataclass
 class Watermarks:
     """The greatest event time read per source table, and each table's delay."""
@@ -81,7 +86,7 @@ class Watermarks:
 
     def advance(self, table: str, event_times: Iterable[_dt.datetime | None]) -> None:
         """Fold one batch's event times of ``table`` in (NULL event times do not count)."""
-        best = max((epoch_ms(t) for t in event_times if t is not None), default=None)
+        best = greatest_ms(event_times)
         if best is not None and best > self.max_event_ms.get(table, best - 1):
             self.max_event_ms[table] = best
 

@@ -197,6 +197,11 @@ class Pipeline:
         elif n.kind == "window_aggregate":
             out.append(f"group by: {', '.join(d['group_by'])}   emits when the watermark passes window_end")
             out.append(f"aggregates: {', '.join(d['aggregates'])}")
+        elif n.kind == "over_aggregate":
+            out.append(f"partition by: {', '.join(d['partition_by']) or '(none: one partition)'}   order by: {d['order_by']}   "
+                       f"{d['frame']}")
+            out.append(f"aggregates: {', '.join(d['aggregates'])}   emits each row when the watermark passes it "
+                       f"(watermark of: {', '.join(d['watermark_of'])})")
         elif n.kind == "lookup_join":
             out.append("on: " + " AND ".join(d["on"]))
             if d.get("residual"):

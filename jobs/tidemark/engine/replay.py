@@ -113,9 +113,6 @@ class ReplayHost:
         """Run one micro-batch at processing time ``now_ms`` (default: ``self.clock()``);
         ``inputs`` maps source table name -> its changes in this batch. Returns the changes
         the sink receives. ConflictError propagates."""
-        return self._run(inputs, now_ms, self.watermarks.current())
-
-    def _run(self, inputs: Mapping[str, list[Change]], now_ms: int | None, previous: dict[str, int]) -> list[Change]:
         if now_ms is None:
             now_ms = self.clock()
         sources = self.pipeline.source_nodes
@@ -126,7 +123,7 @@ class ReplayHost:
                     f"the pipeline reads no table of that name (it reads: {', '.join(sorted(sources)) or 'nothing'})",
                 )
         ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=Counter(),
-                           previous_watermarks=previous, watermarks=self.watermarks.current())
+                           previous_watermarks=self.watermarks.current(), watermarks=self.watermarks.current())
         outputs: dict[int, list[Change]] = {}
         sink_changes: list[Change] = []
         for node in self.pipeline.nodes:
@@ -159,12 +156,9 @@ class ReplayHost:
 
     def finish(self, now_ms: int | None = None) -> list[Change]:
         """End of input: one last batch without records at watermark ``END_OF_INPUT``, as
-        Flink ends a bounded source, so every window still open fires. The batch's previous
-        watermarks stay the last ones read: the rows a window operator fires now reach the
-        window operators after it on time, as Flink emits them before the final watermark."""
-        previous = self.watermarks.current()
+        Flink ends a bounded source, so every window still open fires."""
         self.watermarks.ended = True
-        return self._run({}, now_ms, previous)
+        return self.run_batch({}, now_ms)
 
     def table(self) -> dict[tuple, tuple]:
         """The materialized sink table: sink PK tuple -> row (whole row when no PK)."""

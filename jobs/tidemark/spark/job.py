@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
-from tidemark.spark.progress import BatchReport, SinkBatch, report_from
+from tidemark.spark.progress import BatchReport, SinkBatch, ran_a_batch, report_from
 from tidemark.spark.query import DeadLetterAccumulator, build_query_frame, source_tables
 
 if TYPE_CHECKING:
@@ -305,6 +305,8 @@ class PipelineJob:
             return []
         new: list[BatchReport] = []
         for progress in self.query.recentProgress:
+            if not ran_a_batch(progress):
+                continue
             batch_id = int(progress["batchId"])
             with self._lock:
                 if batch_id <= self._last_reported or batch_id not in self._sink_batches:

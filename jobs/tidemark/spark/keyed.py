@@ -29,6 +29,8 @@ the only kind that can be chained (Spark rejects two ``applyInPandasWithState`` 
 query, and a pipeline has several keyed stages). ``operator="applyInPandasWithState"``
 stays available for a query with a single keyed stage and for the benchmark. Stages with
 ``wakeup_ms`` get one processing-time timer per bucket, at the earliest wakeup of its keys.
+Event-time stages (a window aggregate) keep the watermark in each bucket and get a tick
+per batch to every bucket (``tidemark.spark.watermark``, ``tidemark.spark.event_clock``).
 
 Errors: a ``TidemarkError`` raised by a stage (e.g. ``ConflictError``) crosses the Python
 worker -> JVM -> driver boundary only as text. ``StageFailure`` wraps it with a marker
@@ -58,6 +60,7 @@ from tidemark.engine.changelog import Change
 from tidemark.engine.driver import PerKeyAdapter, batch_stage
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
+from tidemark.spark.event_clock import BucketClock, Watermarks, split_ticks, watermark_sources
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -411,8 +414,10 @@ class _BucketRunner:
         self.schema = schema
         self.buckets = buckets
 
-    def run(self, blobs: list[list[bytes]], stored: bytes | None, now_ms: int) -> _Result:
-        """``blobs``: the bucket's blobs per stage input (none for a timer call)."""
+    def run(self, blobs: list[list[bytes]], stored: bytes | None, now_ms: int,
+            watermarks: Watermarks | None = None) -> _Result:
+        """``blobs``: the bucket's blobs per stage input (none for a timer call);
+        ``watermarks``: the batch's before and after its records (event-time stages)."""
         inputs = [batch_ipc.decode_batch(bs) if bs else ChangeBatch.from_changes([]) for bs in blobs]
         try:  # a state in another format is reported as itself (StateFormatError)
             state = state_codec.decode_state(self.stage, stored)
@@ -420,6 +425,8 @@ class _BucketRunner:
             raise StageFailure(err) from None
         old_wakeup = _next_wakeup(state)
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
+        if watermarks is not None:
+            ctx.previous_watermarks, ctx.watermarks = watermarks
         state, out = self.driven.process_batch(inputs, state, ctx)
         if ctx.metrics and self.accumulator is not None:
             self.accumulator.add(Counter({f"{self.stage.name}.{k}": v for k, v in ctx.metrics.items()}))
@@ -469,7 +476,8 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
     """A transformWithStateInPandas processor over state buckets: one value state per
     bucket, read once and written at most once per batch (each is a JVM round trip). With
     ``timers`` (stages that have ``wakeup_ms``) a bucket keeps one processing-time timer at
-    its keys' earliest wakeup time, moved only when that time changes.
+    its keys' earliest wakeup time, moved only when that time changes. An event-time stage's
+    bucket keeps its watermarks in a second value state (``event_clock.BucketClock``).
 
     Pandas rather than pyspark's row-based ``transformWithState``: that one converts every
     input cell with its own Arrow scalar and every output row through ``Row.asDict``;
@@ -477,11 +485,13 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
     from pyspark.sql.streaming import StatefulProcessor
 
     n_inputs = runner.stage.n_inputs
+    clocked = bool(watermark_sources(runner.stage))
 
     class StageProcessor(StatefulProcessor):
         def init(self, handle):
             self.handle = handle
             self.state = handle.getValueState("stage", STATE_SCHEMA)
+            self.clock = BucketClock(handle) if clocked else None
 
         def _apply(self, old: bytes | None, res: _Result, fired: int | None = None):
             if res.stored is None:
@@ -503,8 +513,15 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
             old = bytes(got[0]) if got is not None else None
             first = next(rows)  # a group always has at least one frame
             now = int(first["now_ms"].iloc[0])
-            blobs = blobs_by_input(_pandas_pairs(itertools.chain([first], rows)), n_inputs)
-            yield from self._apply(old, runner.run(blobs, old, now))
+            pairs = _pandas_pairs(itertools.chain([first], rows))
+            marks = None
+            if self.clock is not None:
+                pairs, ticks = split_ticks(pairs)
+                marks = self.clock.tick(ticks)
+                if old is None and not pairs:  # only a tick, and no window open: nothing to fire
+                    return
+            blobs = blobs_by_input(pairs, n_inputs)
+            yield from self._apply(old, runner.run(blobs, old, now, marks))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
             got = self.state.get()
@@ -593,9 +610,9 @@ def run_keyed_stage(
     if operator not in OPERATORS:
         raise ValueError(f"unknown operator {operator!r}; choose one of {', '.join(OPERATORS)}")
     timers = has_timers(stage)
-    if timers and operator != "transformWithStateInPandas":
+    if (timers or watermark_sources(stage)) and operator != "transformWithStateInPandas":
         raise ValueError(
-            f"stage '{stage.name}' has timers (wakeup_ms): only transformWithStateInPandas hosts it"
+            f"stage '{stage.name}' has timers (wakeup_ms) or event time: only transformWithStateInPandas hosts it"
         )
     if buckets < 1:
         raise ValueError(f"state buckets must be >= 1, got {buckets}")

@@ -155,6 +155,15 @@ def state_size(progress: Any) -> tuple[int, int]:
     return size, rows
 
 
+def ran_a_batch(progress: Any) -> bool:
+    """Whether ``progress`` is the report of a batch that ran. While a query waits for data,
+    Spark posts an idle progress every ``noDataProgressEventInterval`` that carries the id of
+    the batch it will run next and no ``addBatch`` time: taken for that batch, it would
+    stand in for the real report that follows it with the same id."""
+    duration = _get(progress, "durationMs", None) or {}
+    return "addBatch" in duration
+
+
 def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
     """Join Spark's progress of one batch with what the sink recorded for it."""
     sources = _get(progress, "sources", None) or []

@@ -57,7 +57,6 @@ from tidemark.spark.keyed import (
     blob_rows,
     joined,
     run_keyed_stage,
-    run_stateless,
 )
 from tidemark.spark.delta import is_delta_join, run_delta_join
 from tidemark.spark.source import (
@@ -71,6 +70,7 @@ from tidemark.spark.source import (
 )
 from tidemark.spark.sink import DEAD_LETTER_COLUMNS as LETTER_COLUMNS
 from tidemark.spark.watermark import check_supported as check_event_time
+from tidemark.spark.watermark import observed, probe_of, tick_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -190,7 +190,8 @@ def decode_pass(
     allows, bad records still one by one: ``decode_records``), through ``stages``, as ``BLOB_SCHEMA``
     rows split by ``target``'s buckets (``schema``: the Arrow schema of what ``stages``
     emit); bad records to ``dead_letters``. One Python pass, one row per bucket a task
-    touched."""
+    touched, and a watermark tick per bucket when ``target`` is an event-time stage
+    (``tidemark.spark.watermark``)."""
     pre = list(stages)
     acc = dead_letters.accumulator
 
@@ -199,6 +200,7 @@ def decode_pass(
         decoders: dict[str, Any] = {}  # a batch decoder where the format has one
         bad: dict[tuple, dict[str, Any]] = {}
         parts: list[ChangeBatch] = []
+        marks: dict[str, int] = {}  # the watermarks of this task's records (``watermark.observed``)
         for batch in batches:
             # without the timestamp column: a tz-aware datetime per record cost more than
             # the JSON decode; only a dead letter needs it (filled in below)
@@ -214,10 +216,10 @@ def decode_pass(
             if b:
                 _fill_timestamps(b, columns, batch.column("timestamp"))
             bad.update(b)
-            parts.append(run_stateless(pre, part))
+            parts.append(observed(pre, part, marks))
         if bad:
             acc.add({batch_id: bad})
-        rows = blob_rows(joined(parts), schema, target, buckets)
+        rows = blob_rows(joined(parts), schema, target, buckets) + tick_rows(marks, target, buckets)
         if rows:
             yield blob_batch(rows)
 
@@ -348,4 +350,6 @@ def build_query_frame(
             outputs[node.id] = outputs[node.inputs[0]].then(GuardedStage(node.stage), schema)
         else:
             raise PlanError(f"stage [{node.id}] {node.kind} has nothing the Spark job can run")
+        if "event_time" in node.detail:  # its rows move the source's watermark
+            outputs[node.id] = outputs[node.id].then(probe_of(pipeline, node), schema)
     raise PlanError("the pipeline has no sink")

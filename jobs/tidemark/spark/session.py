@@ -10,6 +10,7 @@ Spark dies with a JVM stack trace nobody can act on, so we check first and say s
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,8 +25,31 @@ from tidemark.engine.errors import TidemarkError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Spark settings as a JSON object (``{"spark.driver.memory": "2g"}``), applied over the
+#: defaults below and under a caller's ``extra_conf``: how a user sizes a job without code
+CONF_ENV = "TIDEMARK_SPARK_CONF"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 MIN_JAVA = 17
+
+
+class SparkConfError(TidemarkError):
+    """``$TIDEMARK_SPARK_CONF`` is not a JSON object of setting names to values."""
+
+    exit_status = 2
+
+
+def conf_from_env() -> dict[str, str]:
+    """The settings of ``$TIDEMARK_SPARK_CONF`` (none when unset)."""
+    text = os.environ.get(CONF_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        conf = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SparkConfError(f"${CONF_ENV}: not JSON ({err}); expected an object such as {{\"spark.driver.memory\": \"2g\"}}") from None
+    if not isinstance(conf, dict) or not all(isinstance(v, (str, int, float, bool)) for v in conf.values()):
+        raise SparkConfError(f"${CONF_ENV}: expected a JSON object of setting names to values, got {text!r}")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()}
 
 
 class JavaMissingError(TidemarkError):
@@ -106,30 +130,21 @@ def _log_config(level: str) -> str:
     return path
 
 
-def build_session(
-    app_name: str = "tidemark",
-    master: str | None = None,
-    shuffle_partitions: int = 2,
-    extra_conf: dict[str, str] | None = None,
-    log_level: str = "ERROR",
-) -> SparkSession:
-    """Create (or return the running) SparkSession configured for Tidemark.
+def local_python_workers(cores: int | None = None) -> dict[str, str]:
+    """Python worker settings for one machine. Spark keeps every Python worker a task ever
+    used alive in its pool (one pool per kind of Python operator), and each holds its own
+    copy of pyarrow, pandas, polars and the stages (~190 MB resident): a W2 run ended with
+    six of them, more than its two cores ever ran at once. At most ``cores`` idle workers per
+    pool are kept (the ones the next batch reuses); docs/benchmarks.md, "Memory", has the
+    measurement."""
+    return {"spark.python.factory.idleWorkerMaxPoolSize": str(cores or os.cpu_count() or 1)}
 
-    ``master`` defaults to ``$TIDEMARK_SPARK_MASTER`` or ``local[*]``. ``shuffle_partitions``
-    is also the number of state store partitions of every stateful stage; it is fixed by
-    the first run of a checkpoint (Spark reuses the checkpoint's value on restart).
-    """
-    check_java()
-    # Workers must run the same interpreter (and so see the same packages) as the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    master = master or os.environ.get("TIDEMARK_SPARK_MASTER") or "local[*]"
-    if master.startswith("local"):
-        # one machine: bind to loopback instead of warning about the hostname
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    from pyspark.sql import SparkSession
-
+def session_conf(
+    master: str, shuffle_partitions: int, extra_conf: dict[str, str] | None = None, log_level: str = "ERROR"
+) -> dict[str, str]:
+    """The Spark settings of a Tidemark session: the defaults below, then
+    ``$TIDEMARK_SPARK_CONF``, then ``extra_conf`` (each overrides the one before)."""
     conf = {
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.default.parallelism": str(shuffle_partitions),
@@ -156,7 +171,39 @@ def build_session(
         # the pyspark.zip Spark puts first on their path: see worker_site/sitecustomize.py
         "spark.executorEnv.PYTHONPATH": str(Path(__file__).parent / "worker_site"),
     }
+    if master.startswith("local"):
+        cores = re.match(r"local\[(\d+)", master)
+        conf.update(local_python_workers(int(cores.group(1)) if cores else None))
+    conf.update(conf_from_env())
     conf.update(extra_conf or {})
+    return conf
+
+
+def build_session(
+    app_name: str = "tidemark",
+    master: str | None = None,
+    shuffle_partitions: int = 2,
+    extra_conf: dict[str, str] | None = None,
+    log_level: str = "ERROR",
+) -> SparkSession:
+    """Create (or return the running) SparkSession configured for Tidemark.
+
+    ``master`` defaults to ``$TIDEMARK_SPARK_MASTER`` or ``local[*]``. ``shuffle_partitions``
+    is also the number of state store partitions of every stateful stage; it is fixed by
+    the first run of a checkpoint (Spark reuses the checkpoint's value on restart).
+    """
+    check_java()
+    # Workers must run the same interpreter (and so see the same packages) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or os.environ.get("TIDEMARK_SPARK_MASTER") or "local[*]"
+    if master.startswith("local"):
+        # one machine: bind to loopback instead of warning about the hostname
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+    from pyspark.sql import SparkSession
+
+    conf = session_conf(master, shuffle_partitions, extra_conf, log_level)
     builder = SparkSession.builder.appName(app_name).master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -68,7 +68,7 @@ def _compile(sql: str) -> Pipeline:
     try:
         pipeline = compile_sql(sql)
         check_tables(pipeline.tables)  # 'properties.*' confluent-kafka refuses, naming the table
-        check_event_time(pipeline)  # a window aggregate does not run on Spark yet
+        check_event_time(pipeline)  # event time the Spark host cannot run yet (spark/watermark.py)
         return pipeline
     except TidemarkError as err:
         raise PlanRejected(str(err), type(err).__name__) from err

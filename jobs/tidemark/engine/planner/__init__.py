@@ -2,8 +2,9 @@
 changelog mode, and the sink gets a materializer exactly when it needs one.
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
-``select``, ``join``, ``lookup``, ``aggregate``, ``rank`` and ``union`` build stages, ``window``
-event time and windows, ``window_ops`` window Top-N and window joins, ``sink`` applies the sink policy;
+``select``, ``join``, ``lookup``, ``aggregate``, ``rank``, ``over`` and ``union`` build stages, ``window``
+event time and windows, ``window_ops`` window Top-N and window joins, ``sink`` applies the
+sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
 
@@ -14,6 +15,7 @@ from tidemark.engine.planner.aggregate import AggregatePlanner
 from tidemark.engine.planner.join import JoinPlanner
 from tidemark.engine.planner.lookup import LookupPlanner
 from tidemark.engine.planner.node import Node, format_key
+from tidemark.engine.planner.over import OverPlanner
 from tidemark.engine.planner.rank import RankPlanner
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
@@ -25,7 +27,9 @@ __all__ = ["Node", "Planner", "format_key"]
 
 
 class Planner(
-    WindowOpsPlanner, WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, UnionPlanner, SinkPlanner
+    WindowOpsPlanner, WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner,
+    OverPlanner, UnionPlanner,
+    SinkPlanner,
 ):
     """All builders over one graph: ``plan()`` plans the script's INSERT."""
 

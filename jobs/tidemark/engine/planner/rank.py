@@ -160,20 +160,9 @@ class RankPlanner(PlanGraph):
         return node, rn, path
 
     def _is_event_time(self, node_id: int, column: int) -> bool:
-        """Whether ``column`` of ``node_id`` is a source's event-time attribute (its
-        ``WATERMARK FOR`` column) passed on unchanged; a join or aggregate in between makes
-        it an ordinary TIMESTAMP, as in Flink."""
-        node = self.node(node_id)
-        while node.kind in ("calc", "normalize"):
-            if node.kind == "calc" and node.stage.projections is not None:
-                picked = col_index(node.stage.projections[column])
-                if picked is None:
-                    return False
-                column = picked
-            node = self.node(node.inputs[0])
-        table = self.used_tables.get(node.table) if node.kind == "source" else None
-        watermark = getattr(table, "watermark", None)
-        return watermark is not None and node.columns[column] == watermark.column
+        """Whether ``column`` of ``node_id`` is an event-time attribute (``OverPlanner``'s
+        rule: a ``WATERMARK FOR`` column passed on unchanged)."""
+        return self._time_attribute(node_id, column) is not None  # type: ignore[attr-defined]
 
     @staticmethod
     def _reads_column(sel: exp.Select, scope: Scope, position: int) -> bool:

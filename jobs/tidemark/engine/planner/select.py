@@ -111,7 +111,8 @@ class SelectPlanner(PlanGraph):
                 where = value if isinstance(value, exp.Expr) and position_of(value)[0] is not None else sel
                 raise sql_error(f"{what} is not supported", where)
         for node in sel.walk():
-            if isinstance(node, exp.Window) and node.parent_select is sel and node not in self.rank_items(sel):
+            if (isinstance(node, exp.Window) and node.parent_select is sel and node not in self.rank_items(sel)
+                    and node not in self.over_items(sel)):
                 raise sql_error(f"window function {describe(node)} is not supported", node)
             if isinstance(node, (exp.Subquery, exp.Exists)) and node is not sel and not self._is_from_item(node, sel):
                 raise sql_error(f"subquery in an expression ({describe(node)}) is not supported; use a join", node)
@@ -129,6 +130,8 @@ class SelectPlanner(PlanGraph):
             predicate = conjoin([self.resolve(c, scope) for c in pending])
 
         predicate = self.bound_rank(sel, scope, node_id, predicate)
+        if self.over_items(sel):
+            return self.over(sel, scope, node_id, predicate)
         if self.rank_items(sel):
             return self.rank(sel, scope, node_id, predicate)
 

@@ -158,15 +158,10 @@ class WindowPlanner(PlanGraph):
             sel, input_id = self._session_group(sel, scope, input_id, legacy[0])
         first_new = len(self.nodes)
         out_id = super().aggregate(sel, scope, input_id, predicate)  # type: ignore[misc]
-        inp = self.node(input_id)
-        # a window table function's rows, or rows that carry a window on (a cascaded window
-        # aggregate, as Flink plans one over a window operator's output: planner.window_ops)
-        found = (inp.width - 3, inp.width - 2, inp) if inp.kind == "window" else self.windowed(input_id)  # type: ignore[attr-defined]
-        if found is None:
+        if self.node(input_id).kind != "window":
             return out_id
         agg = next(n for n in self.nodes[first_new:] if n.kind == "aggregate")
-        if not self._make_window_aggregate(agg, input_id, found, sel):
-            return out_id
+        self._make_window_aggregate(agg, input_id, sel)
         for n in self.nodes[agg.id + 1:]:
             n.changelog_mode = "append"
         return out_id
@@ -203,23 +198,18 @@ class WindowPlanner(PlanGraph):
                 rewritten.set(arg, value.transform(bound))
         return rewritten, node.id
 
-    def _make_window_aggregate(self, agg, input_id: int, found: tuple, sel: exp.Select) -> bool:  # noqa: ANN001
-        """Make ``agg`` a window aggregate if it groups by the window its input carries
-        (``found``: the input's window_start and window_end positions, and the window
-        node); over a window table function it must. False: it stays a group aggregate."""
+    def _make_window_aggregate(self, agg, window_id: int, sel: exp.Select) -> None:  # noqa: ANN001
         from tidemark.engine.stages.window_aggregate import WindowAggregate
 
-        start, end, window = found
-        cascaded = input_id != window.id
+        window = self.node(window_id)
+        start, end = window.width - 3, window.width - 2
         feeder = self.node(agg.inputs[0])
-        if feeder.id == input_id:
+        if feeder.id == window_id:
             positions = list(agg.stage.group_by)
         else:  # the aggregate's input calc: which of its columns are the window's
             positions = [col_index(feeder.stage.projections[i]) if feeder.stage.projections is not None else i
                          for i in agg.stage.group_by]
         if start not in positions or end not in positions:
-            if cascaded:
-                return False
             raise sql_error(
                 "GROUP BY over a window table function must hold window_start and window_end "
                 "(a window aggregate); other aggregations of a window table function are not supported",
@@ -230,20 +220,17 @@ class WindowPlanner(PlanGraph):
             raise sql_error(
                 f"a window aggregate needs an insert-only input, and '{upstream.name}' is a "
                 f"{upstream.changelog_mode} changelog (Flink's rule: window aggregation over updates is not defined)",
-                self._window_calls[window.id],
+                self._window_calls[window_id],
             )
         bounds = tuple(agg.stage.group_by[positions.index(p)] for p in (start, end))
         try:
             agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
                                         session=window.stage.spec.kind == "SESSION", name=agg.name)
         except PlanError as e:  # an aggregate function windows do not compute: at the SELECT
-            if cascaded:
-                return False
             raise sql_error(str(e), sel) from None
         agg.kind = "window_aggregate"
         agg.changelog_mode = "append"
         agg.detail["window"] = window.detail["window"]
-        return True
 
     def finish(self, ins, body: int) -> None:  # noqa: ANN001
         """A window table function must feed a window operator: a window aggregate, a window

@@ -1,10 +1,8 @@
 """Window Top-N and window join, as Flink plans them: a rank or a join is planned as usual
 first, then becomes the window operator when its inputs are windowed.
 
-A node is windowed when it carries the bounds of one window as columns: a window table
-function's output, a window aggregate's (its ``window_start`` and ``window_end`` groups), a
-window Top-N's or an inner or left window join's (the left side's bounds), and a calc that
-passes both bounds on (renamed or not, Flink's window properties). Then:
+A node is windowed when it holds a window table function's rows: its output, or a calc
+over it that passes both ``window_start`` and ``window_end`` on (renamed or not). Then:
 
 - a ``ROW_NUMBER`` closed by a constant range whose PARTITION BY holds the input's
   ``window_start`` and ``window_end`` is a window Top-N (``stages.window_rank``);
@@ -12,6 +10,11 @@ passes both bounds on (renamed or not, Flink's window properties). Then:
   ``window_start`` and both ``window_end`` is a window join (``stages.window_join``). Any
   other join stays a regular join, as in Flink 2.3 (pairing one bound only, two different
   windows, a windowed input joined with another).
+
+Flink plans these over a window aggregate's output too (Nexmark q5 and q8 join two); here a
+rank or join over a window aggregate stays the regular one, with the same final table,
+because the Spark host runs an event-time stage only where it reads sources through
+stateless stages (``tidemark.spark.watermark``), and it does run those queries.
 
 Both need insert-only inputs and emit insert-only rows when the watermark passes the window;
 over a changelog they are refused, as Flink 2.3 refuses them (its ``StreamPhysicalWindowRank``
@@ -40,20 +43,15 @@ class WindowOpsPlanner(PlanGraph):
         node = self.node(node_id)
         if node.kind == "window":
             return None if node.stage.spec.kind == "SESSION" else (node.width - 3, node.width - 2, node)
-        if node.kind in ("calc", "window_rank", "window_aggregate", "window_join"):
-            below = self.windowed(node.inputs[0])
-            if below is None or (node.kind == "window_join" and node.stage.join_type not in ("inner", "left")):
-                return None
-            if node.kind == "window_aggregate":
-                group = node.stage.group_by  # the output starts with the group columns
-                return group.index(node.stage.window_start_index), group.index(node.stage.window_end_index), below[2]
-            if node.kind == "calc" and node.stage.projections is not None:
-                picks = [col_index(e) for e in node.stage.projections]
-                if below[0] not in picks or below[1] not in picks:
-                    return None
-                return picks.index(below[0]), picks.index(below[1]), below[2]
+        if node.kind != "calc":
+            return None
+        below = self.windowed(node.inputs[0])
+        if below is None or node.stage.projections is None:
             return below
-        return None
+        picks = [col_index(e) for e in node.stage.projections]
+        if below[0] not in picks or below[1] not in picks:
+            return None
+        return picks.index(below[0]), picks.index(below[1]), below[2]
 
     # ------------------------------------------------------------------ window Top-N
 

@@ -46,8 +46,9 @@ per batch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.changelog import (
     DELETE,
@@ -57,13 +58,15 @@ from tidemark.engine.changelog import (
     Change,
     canonical_sorted,
 )
-from tidemark.engine.driver import Bucket
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from tidemark.engine.state_tables import RowType
+
+KERNEL_ENV = "TIDEMARK_NORMALIZE_KERNEL"
 
 
 class Normalize:
@@ -100,14 +103,34 @@ class Normalize:
         return Bucket()
 
     def state_to_table(self, bucket: Bucket) -> pa.Table:
+        stored = getattr(bucket, "table", None)  # a TableBucket nothing has read as a dict
+        if stored is not None:
+            return stored
         from tidemark.engine import state_tables as T
 
         return T.table({"row": T.rows_column(list(bucket.states.values()), self.width, self.columns)})
 
     def state_from_table(self, table: pa.Table) -> Bucket:
+        """The stored table as it is: the batch kernel works on it, and the per-key path
+        reads it as a dict on first use (``states_of_table``)."""
+        from tidemark.engine.kernels.table_bucket import TableBucket
+
+        return TableBucket(table, self.states_of_table)
+
+    def states_of_table(self, table: pa.Table) -> dict[tuple, tuple]:
+        """A stored table as the per-key path's state: key -> last row."""
         from tidemark.engine import state_tables as T
 
-        return Bucket({self.key_of_row(row): row for row in T.rows_of(table.column("row"))})
+        return {self.key_of_row(row): row for row in T.rows_of(table.column("row"))}
+
+    def batch_kernel(self) -> Any:
+        """The polars kernel (``tidemark.engine.kernels.normalize``), unless
+        ``TIDEMARK_NORMALIZE_KERNEL=0`` asks for the per-key path."""
+        if os.environ.get(KERNEL_ENV, "1") == "0":
+            return PerKeyAdapter(self)
+        from tidemark.engine.kernels.normalize import KERNEL_MIN_CHANGES, NormalizeKernel
+
+        return NormalizeKernel(self, min_changes=KERNEL_MIN_CHANGES)
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: tuple | None, ctx: BatchContext

@@ -8,7 +8,9 @@ when ``window_end - 1 <= watermark``. A record whose window had already fired be
 batch that carries it is late: it is dropped from that window, as Flink drops it, and a
 record dropped from every window it falls in is counted in the
 ``late_records_dropped`` metric. Until its window fires a group keeps its accumulators in
-state; then the state is gone.
+state; then the state is gone. A host buckets the stage by the group columns other than
+the window's (``key_of``); without such columns all windows share one bucket, as they
+share one operator instance in Flink.
 
 The stage is a batch kernel only (``tidemark.engine.kernels.window``, or
 ``kernels.session`` for session windows): windows fire for every open group of a bucket
@@ -60,9 +62,18 @@ class WindowAggregate:
         self.session = session
         self.name = name
 
+    @property
+    def watermark_sources(self) -> tuple[str, ...]:
+        """What makes it an event-time stage to a host (``tidemark.spark.event_clock``)."""
+        return self.sources
+
     def key_of(self, change: Change, input_index: int) -> tuple:
+        """The group columns without the window's, as Flink keys a window aggregate: every
+        window of a key is in one bucket, so session windows merge there and a record's
+        HOP or CUMULATE windows are judged late together (its count is one)."""
         row = change.row
-        return tuple(row[i] for i in self.group_by)
+        bounds = (self.window_start_index, self.window_end_index)
+        return tuple(row[i] for i in self.group_by if i not in bounds)
 
     def batch_kernel(self):  # noqa: ANN201  (the kernel modules import polars and pyarrow)
         if self.session:

@@ -1,0 +1,39 @@
+"""The Spark settings a Tidemark session starts with, and how a user overrides them
+(``tidemark.spark.session``): no Spark is started, the settings are what is checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark.spark.session import CONF_ENV, SparkConfError, conf_from_env, session_conf
+
+POOL = "spark.python.factory.idleWorkerMaxPoolSize"
+
+
+def test_one_machine_keeps_as_many_idle_python_workers_per_pool_as_it_has_cores(monkeypatch):
+    monkeypatch.delenv(CONF_ENV, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 6)
+    assert session_conf("local[*]", 2)[POOL] == "6"
+    assert session_conf("local[3]", 2)[POOL] == "3"
+    assert POOL not in session_conf("spark://master:7077", 2)  # a cluster's executors size their own
+
+
+def test_the_environment_overrides_the_defaults_and_the_caller_overrides_both(monkeypatch):
+    monkeypatch.setenv(CONF_ENV, '{"spark.python.factory.idleWorkerMaxPoolSize": 8, "spark.driver.memory": "2g", "spark.ui.enabled": true}')
+    conf = session_conf("local[2]", 2, extra_conf={"spark.driver.memory": "3g"})
+    assert (conf[POOL], conf["spark.driver.memory"], conf["spark.ui.enabled"]) == ("8", "3g", "true")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("spark.driver.memory=2g", r"^\$TIDEMARK_SPARK_CONF: not JSON \(Expecting value: line 1 column 1 \(char 0\)\)"),
+        ('["spark.driver.memory"]', r"^\$TIDEMARK_SPARK_CONF: expected a JSON object of setting names to values, got '\[\"spark.driver.memory\"\]'$"),
+        ('{"spark.driver.memory": {"size": "2g"}}', r"^\$TIDEMARK_SPARK_CONF: expected a JSON object"),
+    ],
+)
+def test_a_malformed_override_is_refused_naming_the_variable(monkeypatch, text, message):
+    monkeypatch.setenv(CONF_ENV, text)
+    with pytest.raises(SparkConfError, match=message) as err:
+        conf_from_env()
+    assert err.value.exit_status == 2
