@@ -38,6 +38,8 @@ SIDE_TABLES = {"side_input": generator.side_input}
 #: a lookup join's ``FOR SYSTEM_TIME AS OF <attribute>``: over a side table loaded before the
 #: first event and never changed, a lookup join is the regular join, which Flink runs on the
 #: oracle's sources (they are not lookup sources)
+#: ``make conformance`` runs on more events and batches than ``make test``
+FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
 _LOOKUP = re.compile(r"\s+FOR\s+SYSTEM_TIME\s+AS\s+OF\s+[\w.`]+", re.I)
 
 
@@ -53,6 +55,15 @@ class Data:
     def batches(self) -> list[list[generator.Event]]:
         events = generator.generate(self.seed, self.n_events, jitter_ms=self.jitter_ms)
         return generator.split_batches(events, self.n_batches)
+
+
+def data(full: bool) -> Data:
+    """The events every comparison runs on: the fast slice of ``make test``, or ``make
+    conformance``'s (``full``). Event time out of order by up to 1.5 s, never late (the
+    watermark delay is 4 s)."""
+    if full:
+        return Data(seed=42, n_events=20_000, n_batches=10, jitter_ms=1500)
+    return Data(seed=42, n_events=3_000, n_batches=3, jitter_ms=1500)
 
 
 def query_sql(name: str) -> str:
