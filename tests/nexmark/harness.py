@@ -79,6 +79,12 @@ def today_dialect(sql: str) -> str:
     return without_watermark.replace("`", "")
 
 
+def oracle_sql(sql: str) -> str:
+    """The query as Flink runs it: a lookup join's ``FOR SYSTEM_TIME AS OF`` dropped (see
+    ``_LOOKUP``)."""
+    return _LOOKUP.sub("", sql)
+
+
 def _source_tables(sql: str) -> list[str]:
     names = re.findall(r"CREATE TABLE\s+(\w+)", sql, re.I)
     return [n for n in names if n in generator.TABLES or n in SIDE_TABLES]
@@ -103,7 +109,7 @@ def oracle_case(case_id: str, sql: str, data: Data) -> dict:
             if e.table in inputs:
                 inputs[e.table][b].append({"kind": "+I", "row": e.row, "seq": seq})
             seq += 1
-    return {"id": case_id, "sql": _LOOKUP.sub("", sql), "inputs": inputs}
+    return {"id": case_id, "sql": oracle_sql(sql), "inputs": inputs}
 
 
 def _cache_path(case: dict) -> Path:

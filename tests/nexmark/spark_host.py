@@ -4,7 +4,9 @@ The generated events go into three topics of the broker (``person``, ``auction``
 renamed unique to the run: tests share one broker, never a topic), one partition each so a
 topic keeps generation order; q13's side table goes to its compacted topic first. The job
 (``run_pipeline``, the real host) reads every topic rate-limited to about ``Data.n_batches``
-micro-batches and writes the sink topic, which is read back as a consumer sees it.
+micro-batches and writes the sink topic, which is read back as a consumer sees it. The
+session's Python workers get q14's UDF module (``nexmark_udfs.py``) as a file of the job
+(``addPyFile``): the test run's one session was started without its folder on PYTHONPATH.
 
 Spark's micro-batches cut the three topics by record counts per topic, not where the
 generator's batches end, so only the final table is comparable with Flink's: a sink with a
@@ -59,6 +61,8 @@ def run_spark(spark: Any, bootstrap: str, query: str, sql: str, data: harness.Da
     it took. Raises what the job raises (``PlanError`` for a pipeline the host refuses)."""
     sql, _ = unique_topics(sql, f"nx-{query}")
     pipeline = compile_sql(sql)
+    # q14's UDF module, for the Python workers of a session started without it on PYTHONPATH
+    spark.sparkContext.addPyFile(str(HERE / "nexmark_udfs.py"))
     records = source_records(pipeline, data)
     # the side table is in its topic before the first event, as a compacted topic is
     for name in sorted(records, key=lambda n: n not in harness.SIDE_TABLES):
