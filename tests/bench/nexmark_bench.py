@@ -9,7 +9,7 @@ the same text with each source's ``WITH`` clause pointed at its file (filesystem
 WATERMARK kept) and the sink's at the suite's measuring sink.
 
 Only the queries that equal Flink 2.3 on the Spark host are workloads
-(``expected_status.SPARK_STATUS``). The generator computes no final table (``expected`` is
+(``expected_status.SPARK_STATUS``), q13 aside (``NOT_COMPARABLE``). The generator computes no final table (``expected`` is
 None), so a Nexmark run's table is compared with Flink's only, and only where the sink has a
 primary key: both systems' measuring sinks keep a table by the sink's key, which a keyless
 sink (an append-only result) has not; the Spark test (``tests/nexmark/test_nexmark_spark.py``)
@@ -41,7 +41,11 @@ PREFIX = "NX-"
 #: generated events per unit of the suite's ``--scale`` (make bench's 4.0: 200,000 events)
 EVENTS_PER_SCALE = 50_000
 MIN_EVENTS = 1_000
-NAMES = tuple(f"{PREFIX}{q}" for q in harness.QUERY_NAMES if expected_status.SPARK_STATUS[q] == "equal")
+#: q13's lookup join is a regular join on Flink's file sources (``harness.oracle_sql``), so the
+#: two systems would run different operators: not a workload
+NOT_COMPARABLE = {"q13"}
+NAMES = tuple(f"{PREFIX}{q}" for q in harness.QUERY_NAMES
+              if expected_status.SPARK_STATUS[q] == "equal" and q not in NOT_COMPARABLE)
 _TABLE = re.compile(r"(CREATE TABLE\s+(\w+)\s*\(.*?\)\s*WITH\s*\()([^)]*)(\))", re.S | re.I)
 
 
