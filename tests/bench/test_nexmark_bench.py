@@ -53,3 +53,11 @@ def test_a_keyed_sinks_table_is_compared_with_flinks_a_keyless_ones_is_not(tmp_p
         suite.check_against_flink(wl, 0, tables, results)
     assert [(d["workload"], d["a"], d["b"]) for d in results["differences"]] == [
         ("NX-q4", "flink:default", "tidemark:default")]
+
+
+@pytest.mark.parametrize("name", nexmark_bench.NAMES)
+def test_flinks_text_splits_into_its_statements_as_the_runner_splits_it(tmp_path: Path, name: str) -> None:
+    wl = nexmark_bench.generate(name, 0.02, 1, tmp_path)
+    statements = [s.strip() for s in wl.flink_sql().split(";\n") if s.strip()]  # flink_runner's split
+    assert all(s.startswith(("CREATE ", "INSERT ")) for s in statements), name
+    assert sum(s.startswith("INSERT ") for s in statements) == 1
