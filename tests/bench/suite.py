@@ -172,7 +172,7 @@ def run_flink(wl: Any, variant: str, workdir: Path, session: FlinkSession,
         return capped_figures(res, session.startup_s)
     if not res.get("ok"):
         raise SystemExit(f"!!! Flink failed on {wl.name}/{variant}: {res.get('error')}")
-    table = res.pop("rows")
+    table = res.pop("rows") if res.get("materialized", True) else []  # a counting sink keeps no table
     for k in ("plan", "config"):
         res.pop(k, None)
     # all processes of the run, as for Tidemark (whose driver is a Python process too)
