@@ -3,12 +3,14 @@ are workloads, the Flink text each system gets, and which tables the suite compa
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from pathlib import Path
 
 import nexmark_bench
 import pytest
 import suite
+from compare import compare_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nexmark"))
 import expected_status  # noqa: E402  (tests/nexmark module, not a package)
@@ -63,3 +65,11 @@ def test_flinks_text_splits_into_its_statements_as_the_runner_splits_it(tmp_path
     statements = [s.strip() for s in wl.flink_sql().split(";\n") if s.strip()]  # flink_runner's split
     assert all(s.startswith(("CREATE ", "INSERT ")) for s in statements), name
     assert sum(s.startswith("INSERT ") for s in statements) == 1
+
+
+def test_flinks_timestamps_equal_tidemarks_at_the_same_instant() -> None:
+    flink = [[1000, {"millisecond": 1436918400100, "nanoOfMillisecond": 0}]]
+    same = {(1000,): (1000, dt.datetime(2015, 7, 15, 0, 0, 0, 100000))}
+    later = {(1000,): (1000, dt.datetime(2015, 7, 15, 0, 0, 0, 101000))}
+    assert list(compare_tables(flink, same, [0])) == []
+    assert len(list(compare_tables(flink, later, [0]))) == 1
