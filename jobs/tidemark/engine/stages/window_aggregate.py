@@ -60,6 +60,10 @@ class WindowAggregate:
         self.session = session
         self.name = name
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return self.group_by
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         row = change.row
         return tuple(row[i] for i in self.group_by)
