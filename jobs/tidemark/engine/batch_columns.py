@@ -51,7 +51,7 @@ def sorted_table(table: pa.Table) -> pa.Table:
     tied = df.select(pl.len().over([*pos, _ADD]) > 1).to_series()
     by = [*pos, _ADD]
     if tied.any():
-        rows = _rows(table.filter(pa.array(tied.to_arrow())))
+        rows = rows_of(table.filter(pa.array(tied.to_arrow())))
         tiebreak = pl.Series(_TIE, [None] * len(df), dtype=pl.String)
         tiebreak = tiebreak.scatter(tied.arg_true(), [repr(r) for r in rows])
         df = df.with_columns(tiebreak)
