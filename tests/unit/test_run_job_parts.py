@@ -134,6 +134,19 @@ def test_a_checkpoint_with_per_key_state_is_refused_by_name(tmp_path):
     assert run_info_of(str(empty)).run_id == "abc"
 
 
+def test_a_checkpoint_bucketed_by_the_previous_data_path_is_refused_naming_both(tmp_path):
+    """arrow-ipc-blobs/1 put a key in bucket crc32(repr(key)) mod N; this version hashes the
+    key columns (tidemark.engine.bucketing), so that state would not be found."""
+    old = tmp_path / "old"
+    (old / "state").mkdir(parents=True)
+    record = {"run_id": "abc", "state_buckets": 64, "data_path": "arrow-ipc-blobs/1"}
+    (old / "tidemark-run.json").write_text(json.dumps(record), encoding="utf-8")
+    assert DATA_PATH == "arrow-ipc-blobs/2"
+    with pytest.raises(JobError, match=f"checkpoint {old} holds keyed state of the data path arrow-ipc-blobs/1; "
+                                       "this version runs arrow-ipc-blobs/2"):
+        run_info_of(str(old))
+
+
 def test_a_checkpoint_of_the_pickled_row_data_path_is_refused_naming_both(tmp_path):
     """Its state is keyed by what pickled rows handed the stages; read by this version it
     would silently miss every key. Without state it is simply recorded anew."""

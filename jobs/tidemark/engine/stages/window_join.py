@@ -65,6 +65,10 @@ class WindowJoin:
     def widths(self) -> tuple[int, int]:
         return len(self.types[0]), len(self.types[1])
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns of side ``input_index`` the state bucket's key is."""
+        return self.bucket_keys[input_index]
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         return tuple(change.row[i] for i in self.bucket_keys[input_index])
 

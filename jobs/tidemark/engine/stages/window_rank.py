@@ -74,6 +74,10 @@ class WindowRank:
     def width(self) -> int:
         return len(self.types)
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the state bucket's key is (``tidemark.engine.bucketing``)."""
+        return self.bucket_key
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         return tuple(change.row[i] for i in self.bucket_key)
 
