@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "nexmark"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate  # noqa: E402  (sibling module, not a package)
-import harness  # noqa: E402  (the oracle runner and row canon the Nexmark suite uses)
-from test_window_conformance import SEEDS, run_tidemark  # noqa: E402  (the same seeds and replay of bids)
+from replay_support import oracle_results, replay_to_the_end  # noqa: E402
+import harness  # noqa: E402  (tests/nexmark, on the path once replay_support is imported)
+from test_window_conformance import SEEDS  # noqa: E402  (the same seeds of bids)
 
 pytestmark = pytest.mark.conformance
 
@@ -32,18 +31,14 @@ WORKLOADS = [generate.over_workload(s, f) for s in SEEDS for f in sorted(generat
 
 @pytest.fixture(scope="session")
 def flink() -> dict[str, dict]:
-    try:
-        return harness.flink_results([w.spec_case() for w in WORKLOADS])
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
+    return oracle_results(WORKLOADS)
 
 
 @pytest.mark.parametrize("w", WORKLOADS, ids=[w.name for w in WORKLOADS])
 def test_over_aggregate_matches_flink(w: generate.Workload, flink: dict[str, dict]) -> None:
     report = flink[w.name]
     assert report["ok"], f"Flink failed on {w.name}: {report['error']}"
-    ours, _ = run_tidemark(w)
-    assert ours == harness.canon(report["final"]), f"{w.name}: final tables differ"
+    assert replay_to_the_end(w).rows == harness.canon(report["final"]), f"{w.name}: final tables differ"
 
 
 def test_the_workloads_hold_ties_and_release_rows_before_the_end() -> None:
@@ -54,5 +49,5 @@ def test_the_workloads_hold_ties_and_release_rows_before_the_end() -> None:
         rows = [(r["row"]["item"], r["row"]["ts"]) for batch in w.inputs["bids"] for r in batch]
         tied += len(rows) != len(set(rows))
     assert tied >= len(WORKLOADS) // 4
-    early = [w.name for w in WORKLOADS if sum(run_tidemark(w)[1]) > 0]
+    early = [w.name for w in WORKLOADS if sum(replay_to_the_end(w).emitted) > 0]
     assert len(early) >= len(WORKLOADS) // 2, early

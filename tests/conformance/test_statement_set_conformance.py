@@ -9,22 +9,18 @@ batch and at the end, on CDC workloads with retractions and disorder inside batc
 from __future__ import annotations
 
 import os
-import random
 import sys
 from pathlib import Path
 
 import pytest
 
-from tidemark.engine.changelog import Change
 from tidemark.engine.pipeline import compile_sql
-from tidemark.engine.records import parse_row
 from tidemark.engine.replay import ReplayHost
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "nexmark"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate  # noqa: E402  (sibling module, not a package)
-import harness  # noqa: E402  (the oracle runner and row canon the Nexmark suite uses)
+from replay_support import oracle_results, shuffled_inputs  # noqa: E402
+import harness  # noqa: E402  (tests/nexmark, on the path once replay_support is imported)
 
 pytestmark = pytest.mark.conformance
 
@@ -39,14 +35,7 @@ def run_tidemark(w: generate.Workload) -> dict[str, list[list]]:
     host = ReplayHost(pipeline)
     steps: dict[str, list[list]] = {name: [] for name in generate.STATEMENT_SET_SINKS}
     for b in range(w.n_batches()):
-        rng = random.Random(f"shuffle-{w.name}-{b}")
-        inputs: dict[str, list[Change]] = {}
-        for table, batches in w.inputs.items():
-            tdef = pipeline.sources[table]
-            changes = [Change(r["kind"], parse_row(tdef, r["kind"], r["row"]), (r["seq"],)) for r in batches[b]]
-            rng.shuffle(changes)  # arrival order inside a batch must not matter
-            inputs[table] = changes
-        host.run_batch(inputs, now_ms=b)
+        host.run_batch(shuffled_inputs(pipeline, w, b), now_ms=b)
         for name in steps:
             steps[name].append(harness.canon(host.table(name).values()))
     return steps
@@ -54,7 +43,7 @@ def run_tidemark(w: generate.Workload) -> dict[str, list[list]]:
 
 @pytest.fixture(scope="module")
 def flink() -> dict[str, dict]:
-    return harness.flink_results([w.spec_case() for w in WORKLOADS], slots=2)
+    return oracle_results(WORKLOADS)
 
 
 def test_the_set_plans_one_join_for_two_sinks():

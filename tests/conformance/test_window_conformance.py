@@ -14,23 +14,15 @@ be equal; late records are covered by ``tests/unit/test_window.py``.
 from __future__ import annotations
 
 import os
-import random
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tidemark.engine.changelog import Change
-from tidemark.engine.pipeline import compile_sql
-from tidemark.engine.records import parse_row
-from tidemark.engine.replay import ReplayHost
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "nexmark"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate  # noqa: E402  (sibling module, not a package)
-import harness  # noqa: E402  (the oracle runner and row canon the Nexmark suite uses)
+from replay_support import oracle_results, replay_to_the_end  # noqa: E402
+import harness  # noqa: E402  (tests/nexmark, on the path once replay_support is imported)
 
 pytestmark = pytest.mark.conformance
 
@@ -39,42 +31,19 @@ SEEDS = range(1, 41) if FULL else range(1, 7)
 WORKLOADS = [generate.window_workload(s, w) for s in SEEDS for w in sorted(generate.WINDOW_QUERIES)]
 
 
-def run_tidemark(w: generate.Workload) -> tuple[list[list], list[int]]:
-    """The sink's rows at the end (a multiset: the sink has no key), and how many rows each
-    batch emitted (the windows the watermark released before the end)."""
-    pipeline = compile_sql(w.sql)
-    host = ReplayHost(pipeline)
-    rows: Counter = Counter()
-    emitted = []
-    for b in range(w.n_batches()):
-        tdef = pipeline.sources["bids"]
-        changes = [Change(r["kind"], parse_row(tdef, r["kind"], r["row"]), (r["seq"],)) for r in w.inputs["bids"][b]]
-        random.Random(f"shuffle-{w.name}-{b}").shuffle(changes)
-        out = host.run_batch({"bids": changes}, now_ms=b)
-        emitted.append(len(out))
-        rows.update(c.row for c in out)
-    rows.update(c.row for c in host.finish(now_ms=w.n_batches()))
-    assert host.metrics["late_records_dropped"] == 0
-    return harness.canon([r for r, n in rows.items() for _ in range(n)]), emitted
-
-
 @pytest.fixture(scope="session")
 def flink() -> dict[str, dict]:
-    try:
-        return harness.flink_results([w.spec_case() for w in WORKLOADS])
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
+    return oracle_results(WORKLOADS)
 
 
 @pytest.mark.parametrize("w", WORKLOADS, ids=[w.name for w in WORKLOADS])
 def test_window_aggregate_matches_flink(w: generate.Workload, flink: dict[str, dict]) -> None:
     report = flink[w.name]
     assert report["ok"], f"Flink failed on {w.name}: {report['error']}"
-    ours, _ = run_tidemark(w)
-    assert ours == harness.canon(report["final"]), f"{w.name}: final tables differ"
+    assert replay_to_the_end(w).rows == harness.canon(report["final"]), f"{w.name}: final tables differ"
 
 
 def test_windows_fire_before_the_end_when_the_watermark_passes_them() -> None:
     """The suite is not only an end-of-input check: most workloads release windows early."""
-    early = [w.name for w in WORKLOADS if sum(run_tidemark(w)[1]) > 0]
+    early = [w.name for w in WORKLOADS if sum(replay_to_the_end(w).emitted) > 0]
     assert len(early) >= len(WORKLOADS) // 2, early

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -28,17 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.engine.changelog import Change
 from tidemark.engine.errors import SqlError
 from tidemark.engine.pipeline import compile_sql
-from tidemark.engine.records import parse_row
-from tidemark.engine.replay import ReplayHost
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "nexmark"))
 import generate  # noqa: E402  (sibling module, not a package)
-import harness  # noqa: E402  (the oracle runner and row canon the Nexmark suite uses)
+from replay_support import oracle_results, replay_to_the_end  # noqa: E402
+import harness  # noqa: E402  (tests/nexmark, on the path once replay_support is imported)
 
 pytestmark = pytest.mark.conformance
 
@@ -51,35 +47,19 @@ OVER_AGGREGATES = {"topn_of_window_aggregate", "join_of_window_aggregates", "joi
 
 
 def run_tidemark(w: generate.Workload) -> tuple[list[list], list[int], int]:
-    """The sink's rows at the end (a multiset: the sink has no key), how many rows each batch
-    emitted, and how many rows the window stages hold after the end."""
-    pipeline = compile_sql(w.sql)
-    host = ReplayHost(pipeline)
-    rows: Counter = Counter()
-    emitted = []
-    for b in range(w.n_batches()):
-        batch = {}
-        for table, batches in w.inputs.items():
-            tdef = pipeline.sources[table]
-            batch[table] = [Change(r["kind"], parse_row(tdef, r["kind"], r["row"]), (r["seq"],)) for r in batches[b]]
-            random.Random(f"shuffle-{w.name}-{table}-{b}").shuffle(batch[table])
-        out = host.run_batch(batch, now_ms=b)
-        if w.shape not in OVER_AGGREGATES:
-            assert {c.kind for c in out} <= {"+I"}, "window operators emit inserts only"
-        emitted.append(len(out))
-        rows.update(c.row for c in out)
-    rows.update(c.row for c in host.finish(now_ms=w.n_batches()))
-    assert host.metrics["late_records_dropped"] == 0
-    kept = sum(0 if s is None else s.height for i, s in host.state.items() if pipeline.nodes[i].kind.startswith("window_"))
-    return harness.canon([r for r, n in rows.items() for _ in range(n)]), emitted, kept
+    """The sink's rows at the end, how many rows each batch emitted, and how many rows the
+    window stages hold after the end."""
+    run = replay_to_the_end(w)
+    if w.shape not in OVER_AGGREGATES:
+        assert all(c.kind == "+I" for out in run.outputs for c in out), "window operators emit inserts only"
+    pipeline = run.host.pipeline
+    kept = sum(0 if s is None else s.height for i, s in run.host.state.items() if pipeline.nodes[i].kind.startswith("window_"))
+    return run.rows, run.emitted, kept
 
 
 @pytest.fixture(scope="session")
 def flink() -> dict[str, dict]:
-    try:
-        return harness.flink_results([w.spec_case() for w in WORKLOADS])
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
+    return oracle_results(WORKLOADS)
 
 
 @pytest.mark.parametrize("w", WORKLOADS, ids=[w.name for w in WORKLOADS])
@@ -102,10 +82,7 @@ CHANGELOG_WORKLOADS = [generate.window_op_changelog_workload(s) for s in ("topn_
 
 @pytest.fixture(scope="session")
 def flink_on_changelogs() -> dict[str, dict]:
-    try:
-        return harness.flink_results([w.spec_case() for w in CHANGELOG_WORKLOADS])
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
+    return oracle_results(CHANGELOG_WORKLOADS)
 
 
 @pytest.mark.parametrize("w", CHANGELOG_WORKLOADS, ids=[w.shape for w in CHANGELOG_WORKLOADS])
