@@ -26,7 +26,8 @@ by the watermark fires them in that batch whether or not the batch brought it a 
 and a bucket with nothing stored and no record only stores the watermark.
 
 Refused before the job starts, naming the stage: an event-time stage whose input comes
-through another keyed stage (ticks travel only from the passes that read sources).
+through another keyed stage (ticks travel only from the passes that read sources), and a
+processing-time window aggregate (it runs in replay only).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ from tidemark.spark.event_clock import TICK_INPUT, encode_tick, watermark_source
 def check_supported(pipeline: Any) -> None:
     """Refuse what the Spark host cannot run with event time (module docstring)."""
     for node in pipeline.nodes:
+        if node.detail.get("proctime") and node.kind == "window_aggregate":
+            raise PlanError(
+                f"stage [{node.id}] {node.name}: a processing-time window aggregate does not run on Spark "
+                "yet; it runs in `tidemark replay`"
+            )
         if not watermark_sources(node.stage):
             continue
         keyed = _keyed_upstream(pipeline, node)

@@ -11,6 +11,8 @@ the legacy ``GROUP BY TUMBLE(ts, ...)`` group windows are refused by name.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from tidemark.engine.catalog import TableDef
@@ -19,7 +21,7 @@ from tidemark.engine.expressions import col_index, col_ref
 from tidemark.engine.intervals import interval_ms
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.scope import Scope
-from tidemark.engine.sql import Script, WindowCall, describe, sql_error
+from tidemark.engine.sql import Script, WindowCall, describe, is_proctime_call, sql_error
 from tidemark.engine.types import make_type
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
@@ -89,18 +91,23 @@ class WindowPlanner(PlanGraph):
                 + (" (a window offset is not supported)" if len(args) > 2 + sizes else ""),
                 call,
             )
-        inner = Scope()
-        input_id = super().relation(args[0], inner)  # type: ignore[misc]
         descriptor = args[1]
         if not (isinstance(descriptor, exp.Anonymous) and descriptor.name.upper() == "DESCRIPTOR"
                 and len(descriptor.expressions) == 1 and isinstance(descriptor.expressions[0], exp.Column)):
             raise sql_error(f"{kind}: the second argument must be DESCRIPTOR(time column), not {describe(descriptor)}", descriptor)
-        time_index = inner.resolve(descriptor.expressions[0])
         lengths = [interval_ms(a, f"{kind} window") for a in args[2:]]
         size, step = lengths[-1], lengths[0]
         if step <= 0 or size % step:
             raise sql_error(f"{kind}: the window size must be a positive multiple of the {'slide' if kind == 'HOP' else 'step'}", call)
-        node = self._window_node(WindowSpec(kind, size, step), input_id, time_index, call, descriptor)
+        spec = WindowSpec(kind, size, step)
+        inner = Scope()
+        proctime_input = self._proctime_input(args[0], descriptor.expressions[0], inner)
+        if proctime_input is not None:
+            node = self._proctime_window_node(spec, proctime_input, call)
+        else:
+            input_id = super().relation(args[0], inner)  # type: ignore[misc]
+            time_index = inner.resolve(descriptor.expressions[0])
+            node = self._window_node(spec, input_id, time_index, call, descriptor)
         alias = item.alias or (args[0].alias_or_name if isinstance(args[0], exp.Table) else "")
         scope.add(alias, node.columns, node.types, item)
         return node.id
@@ -129,6 +136,43 @@ class WindowPlanner(PlanGraph):
             stage=WindowAssign(spec, time_index, name=name),
             detail={"window": f"{kind}({inp.columns[time_index]}, {shape})",
                     "watermark_of": sorted(self.event_time_sources(input_id))},
+        )  # fmt: skip
+        self._window_calls[node.id] = call
+        return node
+
+    def _proctime_input(self, table_arg: exp.Expr, column: exp.Column, scope: Scope) -> int | None:
+        """``TABLE v`` where the view or CTE ``v`` selects ``PROCTIME() AS name`` and the
+        descriptor names it: ``v`` planned without that item (a processing-time attribute
+        is no column), its columns added to ``scope``. None for any other table argument."""
+        if not isinstance(table_arg, exp.Table) or column.table:
+            return None
+        named = self.named_query(table_arg.name)  # type: ignore[attr-defined]
+        if named is None or named.columns is not None or not isinstance(named.query, exp.Select):
+            return None
+        items = [e for e in named.query.expressions if isinstance(e, exp.Alias) and is_proctime_call(e.this)]
+        if not items or items[-1].alias.lower() != column.name.lower():
+            return None
+        query = named.query.copy()
+        query.set("expressions", [e for e in query.expressions if not (isinstance(e, exp.Alias) and is_proctime_call(e.this))])
+        node_id = self.plan_named(replace(named, query=query), table_arg)  # type: ignore[attr-defined]
+        n = self.node(node_id)
+        scope.add(table_arg.alias or named.name, n.columns, n.types, table_arg)
+        return node_id
+
+    def _proctime_window_node(self, spec, input_id: int, call: WindowCall):  # noqa: ANN001, ANN202
+        """The window over ``input_id``'s rows by the processing time of their batch
+        (``tidemark.engine.stages.proctime_window``): tumbling windows only."""
+        from tidemark.engine.stages.proctime_window import ProctimeWindow
+
+        if spec.kind != "TUMBLE":
+            raise sql_error(f"{spec.kind} windows on processing time are not supported (TUMBLE is)", call)
+        inp = self.node(input_id)
+        name = self._stage_name("window")
+        node = self._add(
+            "window", name, [input_id], inp.columns + list(WINDOW_COLUMNS), inp.types + [_TIMESTAMP] * 3,
+            upsert_keys=frozenset(), changelog_mode=inp.changelog_mode,
+            stage=ProctimeWindow(spec, name=name),
+            detail={"window": f"TUMBLE(PROCTIME(), size {spec.size_ms} ms)", "watermark_of": [], "proctime": True},
         )  # fmt: skip
         self._window_calls[node.id] = call
         return node
@@ -197,6 +241,7 @@ class WindowPlanner(PlanGraph):
         return rewritten, node.id
 
     def _make_window_aggregate(self, agg, window_id: int, sel: exp.Select) -> None:  # noqa: ANN001
+        from tidemark.engine.stages.proctime_window import ProctimeWindowAggregate
         from tidemark.engine.stages.window_aggregate import WindowAggregate
 
         window = self.node(window_id)
@@ -222,13 +267,19 @@ class WindowPlanner(PlanGraph):
             )
         bounds = tuple(agg.stage.group_by[positions.index(p)] for p in (start, end))
         try:
-            agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
-                                        session=window.stage.spec.kind == "SESSION", name=agg.name)
+            if window.detail.get("proctime"):
+                agg.stage = ProctimeWindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.stage.spec.size_ms,
+                                                    name=agg.name)
+            else:
+                agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
+                                            session=window.stage.spec.kind == "SESSION", name=agg.name)
         except PlanError as e:  # an aggregate function windows do not compute: at the SELECT
             raise sql_error(str(e), sel) from None
         agg.kind = "window_aggregate"
         agg.changelog_mode = "append"
         agg.detail["window"] = window.detail["window"]
+        if window.detail.get("proctime"):
+            agg.detail["proctime"] = True
 
     def finish(self, ins, body: int) -> None:  # noqa: ANN001
         """A window table function must feed a window aggregate (what is built of Flink's
