@@ -61,6 +61,21 @@ def test_rows_go_to_the_window_of_their_batch_and_a_window_fires_when_processing
     assert host.run_batch({}, now_ms=now(40)) == []  # fired once, then forgotten
 
 
+@pytest.mark.parametrize(("sql", "count"), [
+    (SOURCE.replace("price BIGINT)", "price BIGINT, p_time AS PROCTIME())") + (
+        "INSERT INTO out SELECT bidder, COUNT(*), MAX(price), window_start, window_end\n"
+        "FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(p_time), INTERVAL '10' SECOND)) GROUP BY bidder, window_start, window_end"), 2),
+    (SOURCE + (
+        "INSERT INTO out WITH C AS (SELECT bidder, price, PROCTIME() AS p_time FROM bid WHERE price > 1)\n"
+        "SELECT bidder, COUNT(*), MAX(price), window_start, window_end\n"
+        "FROM TABLE(TUMBLE(TABLE C, DESCRIPTOR(p_time), INTERVAL '10' SECOND)) GROUP BY bidder, window_start, window_end"), 1),  # the CTE keeps prices above 1
+], ids=["table attribute", "CTE"])
+def test_a_tables_proctime_attribute_and_a_ctes_proctime_item_are_processing_time_windows_too(sql, count):
+    host = ReplayHost(compile_sql(sql))
+    assert host.run_batch({"bid": [bid(1, 7, 10), bid(2, 7, 1)]}, now_ms=now(1)) == []
+    assert [c.row for c in host.run_batch({}, now_ms=now(10))] == [(7, count, 10, at(0), at(10))]
+
+
 def test_the_end_of_a_bounded_input_fires_no_processing_time_window():
     host = ReplayHost(compile_sql(Q12))
     host.run_batch({"bid": [bid(1, 7, 10)]}, now_ms=now(1))

@@ -141,22 +141,31 @@ class WindowPlanner(PlanGraph):
         return node
 
     def _proctime_input(self, table_arg: exp.Expr, column: exp.Column, scope: Scope) -> int | None:
-        """``TABLE v`` where the view or CTE ``v`` selects ``PROCTIME() AS name`` and the
-        descriptor names it: ``v`` planned without that item (a processing-time attribute
-        is no column), its columns added to ``scope``. None for any other table argument."""
+        """``TABLE t`` whose processing-time attribute the descriptor names: a table's
+        ``name AS PROCTIME()``, or a view's or CTE's ``PROCTIME() AS name`` item (the view
+        is planned without it: a processing-time attribute is no column). Its columns are
+        added to ``scope``; None for any other table argument."""
         if not isinstance(table_arg, exp.Table) or column.table:
             return None
         named = self.named_query(table_arg.name)  # type: ignore[attr-defined]
-        if named is None or named.columns is not None or not isinstance(named.query, exp.Select):
-            return None
-        items = [e for e in named.query.expressions if isinstance(e, exp.Alias) and is_proctime_call(e.this)]
-        if not items or items[-1].alias.lower() != column.name.lower():
-            return None
-        query = named.query.copy()
-        query.set("expressions", [e for e in query.expressions if not (isinstance(e, exp.Alias) and is_proctime_call(e.this))])
-        node_id = self.plan_named(replace(named, query=query), table_arg)  # type: ignore[attr-defined]
+        if named is None:
+            table = self.script.table(table_arg.name)
+            declared = self.script.proctime.get(table.name) if table is not None else None
+            if declared is None or declared.lower() != column.name.lower():
+                return None
+            node_id, name = self.source(table), table.name
+        else:
+            if named.columns is not None or not isinstance(named.query, exp.Select):
+                return None
+            items = [e for e in named.query.expressions if isinstance(e, exp.Alias) and is_proctime_call(e.this)]
+            if not items or items[-1].alias.lower() != column.name.lower():
+                return None
+            query = named.query.copy()
+            query.set("expressions", [e for e in query.expressions if e.alias_or_name != items[-1].alias_or_name
+                                      or not is_proctime_call(e.unalias())])
+            node_id, name = self.plan_named(replace(named, query=query), table_arg), named.name  # type: ignore[attr-defined]
         n = self.node(node_id)
-        scope.add(table_arg.alias or named.name, n.columns, n.types, table_arg)
+        scope.add(table_arg.alias or name, n.columns, n.types, table_arg)
         return node_id
 
     def _proctime_window_node(self, spec, input_id: int, call: WindowCall):  # noqa: ANN001, ANN202
