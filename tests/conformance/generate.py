@@ -1003,6 +1003,23 @@ def window_workload(seed: int, window: str | None = None, n_events: int | None =
     window = window or rng.choice(sorted(WINDOW_QUERIES))
     n = n_events or rng.randint(20, 80)
     n_batches = rng.randint(2, 6)
+    batches = _disordered_bids(rng, n, n_batches)
+    sql = "\n".join([
+        "CREATE TABLE bids (item BIGINT, price BIGINT, ts TIMESTAMP(3), doubled AS price * 2, "
+        f"WATERMARK FOR ts AS ts - INTERVAL '{WINDOW_DELAY_MS // 1000}' SECOND) "
+        "WITH ('topic' = 'bids', 'format' = 'json');",
+        "CREATE TABLE per_window (item BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3), n BIGINT, priced BIGINT, "
+        "total BIGINT, lo BIGINT, hi BIGINT, av BIGINT) WITH ('topic' = 'pw', 'format' = 'changelog-json');",
+        _window_insert(window),
+    ])
+    return Workload(name=f"window-{window}-{seed}", shape=f"window_{window}", strategy="", seed=seed,
+                    sql=sql, inputs={"bids": batches}, conflicts="none")
+
+
+def _disordered_bids(rng: random.Random, n: int, n_batches: int, seq_column: bool = False) -> list[list[dict]]:
+    """``n`` append-only bids in ``n_batches`` batches, event time running ahead by 0-700 ms
+    per record and moved back by up to 1.9 s (out of order, never late); with
+    ``seq_column`` each row also carries its sequence number as ``id`` (a unique column)."""
     cuts = sorted(rng.sample(range(1, n), n_batches - 1))
     clock = 1_700_000_000_000 + rng.randrange(10_000)
     rows = []
@@ -1014,17 +1031,8 @@ def window_workload(seed: int, window: str | None = None, n_events: int | None =
     batches: list[list[dict]] = [[] for _ in range(n_batches)]
     for seq, row in enumerate(rows, start=1):
         b = sum(1 for c in cuts if c < seq)
-        batches[b].append({"kind": "+I", "row": row, "seq": seq})
-    sql = "\n".join([
-        "CREATE TABLE bids (item BIGINT, price BIGINT, ts TIMESTAMP(3), doubled AS price * 2, "
-        f"WATERMARK FOR ts AS ts - INTERVAL '{WINDOW_DELAY_MS // 1000}' SECOND) "
-        "WITH ('topic' = 'bids', 'format' = 'json');",
-        "CREATE TABLE per_window (item BIGINT, ws TIMESTAMP(3), we TIMESTAMP(3), n BIGINT, priced BIGINT, "
-        "total BIGINT, lo BIGINT, hi BIGINT, av BIGINT) WITH ('topic' = 'pw', 'format' = 'changelog-json');",
-        _window_insert(window),
-    ])
-    return Workload(name=f"window-{window}-{seed}", shape=f"window_{window}", strategy="", seed=seed,
-                    sql=sql, inputs={"bids": batches}, conflicts="none")
+        batches[b].append({"kind": "+I", "row": {"id": seq, **row} if seq_column else row, "seq": seq})
+    return batches
 
 
 def _window_insert(window: str) -> str:
@@ -1047,6 +1055,103 @@ def _ms_text(ms: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# Window Top-N and window join (the same disordered, never late bids; compared on the final
+# table, as the window aggregates above)
+# --------------------------------------------------------------------------------------------
+
+_WINDOW_TABLE = (
+    "CREATE TABLE {name} (id BIGINT, item BIGINT, price BIGINT, ts TIMESTAMP(3), "
+    f"WATERMARK FOR ts AS ts - INTERVAL '{WINDOW_DELAY_MS // 1000}' SECOND) "
+    "WITH ('topic' = '{name}', 'format' = 'json');"
+)
+_TUMBLE = "TUMBLE(TABLE {t}, DESCRIPTOR(ts), INTERVAL '5' SECOND)"
+_HOP = "HOP(TABLE {t}, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '6' SECOND)"
+_CUMULATE = "CUMULATE(TABLE {t}, DESCRIPTOR(ts), INTERVAL '2' SECOND, INTERVAL '6' SECOND)"
+_TOPN_SINK = ("CREATE TABLE topn (ws TIMESTAMP(3), we TIMESTAMP(3), item BIGINT, id BIGINT, price BIGINT, rn BIGINT) "
+              "WITH ('topic' = 'topn', 'format' = 'changelog-json');")
+_JOIN_SINK = ("CREATE TABLE joined (ws TIMESTAMP(3), lid BIGINT, lprice BIGINT, rid BIGINT, rprice BIGINT) "
+              "WITH ('topic' = 'joined', 'format' = 'changelog-json');")
+
+
+def _topn(window: str, n: str, partition: str = "", order: str = "price DESC, id") -> str:
+    return (f"INSERT INTO topn SELECT window_start, window_end, item, id, price, rn FROM (\n"
+            f"  SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end{partition} ORDER BY {order}) AS rn\n"
+            f"  FROM TABLE({window.format(t='bids')})) WHERE {n};")
+
+
+def _window_join(kind: str, window: str = _TUMBLE, residual: str = "") -> str:
+    side = "(SELECT * FROM TABLE({w}) WHERE price IS NULL OR price > 5)"
+    return (f"INSERT INTO joined SELECT COALESCE(L.window_start, R.window_start), L.id, L.price, R.id, R.price\n"
+            f"FROM {side.format(w=window.format(t='asks'))} L {kind} JOIN {side.format(w=window.format(t='bids'))} R\n"
+            f"ON L.item = R.item AND L.window_start = R.window_start AND L.window_end = R.window_end{residual};")
+
+
+#: shape -> (the sink DDL, the INSERT); the sources are ``bids`` and, for joins, ``asks``
+WINDOW_OP_QUERIES: dict[str, tuple[str, str]] = {
+    "topn_tumble": (_TOPN_SINK, _topn(_TUMBLE, "rn <= 3")),
+    "topn_hop_per_item": (_TOPN_SINK, _topn(_HOP, "rn <= 2", partition=", item")),
+    "topn_cumulate_range": (_TOPN_SINK, _topn(_CUMULATE, "rn BETWEEN 2 AND 3", order="price, id")),
+    "topn_no_rn": (_TOPN_SINK.replace("rn BIGINT", "two BIGINT"),
+                   _topn(_TUMBLE, "rn <= 2", order="price DESC NULLS FIRST, id DESC").replace(", rn FROM", ", 2 FROM")),
+    "topn_of_window_aggregate": (
+        "CREATE TABLE topn (ws TIMESTAMP(3), item BIGINT, n BIGINT, rn BIGINT) "
+        "WITH ('topic' = 'topn', 'format' = 'changelog-json');",
+        "INSERT INTO topn SELECT window_start, item, n, rn FROM (\n"
+        "  SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY n DESC, item) AS rn FROM (\n"
+        f"    SELECT window_start, window_end, item, COUNT(*) AS n FROM TABLE({_HOP.format(t='bids')})\n"
+        "    GROUP BY window_start, window_end, item)) WHERE rn <= 2;",
+    ),
+    "dedup_first": (_TOPN_SINK, _topn(_TUMBLE, "rn = 1", partition=", item", order="ts")),
+    "dedup_last": (_TOPN_SINK, _topn(_HOP, "rn <= 1", partition=", item", order="ts DESC")),
+    "join_inner": (_JOIN_SINK, _window_join("")),
+    "join_left": (_JOIN_SINK, _window_join("LEFT", residual=" AND L.price < R.price")),
+    "join_right_hop": (_JOIN_SINK, _window_join("RIGHT", window=_HOP)),
+    "join_full": (_JOIN_SINK, _window_join("FULL", residual=" AND L.price <> R.price")),
+    "join_of_window_aggregates": (
+        "CREATE TABLE joined (ws TIMESTAMP(3), item BIGINT, asks BIGINT, bids BIGINT) "
+        "WITH ('topic' = 'joined', 'format' = 'changelog-json');",
+        "INSERT INTO joined SELECT L.ws, L.item, L.n, R.n FROM (\n"
+        f"  SELECT item, window_start AS ws, window_end AS we, COUNT(*) AS n FROM TABLE({_TUMBLE.format(t='asks')})\n"
+        "  GROUP BY item, window_start, window_end) L\n"
+        "JOIN (\n"
+        f"  SELECT item, window_start AS ws, window_end AS we, COUNT(price) AS n FROM TABLE({_TUMBLE.format(t='bids')})\n"
+        "  GROUP BY item, window_start, window_end) R\n"
+        "ON L.item = R.item AND L.ws = R.ws AND L.we = R.we AND L.n <= R.n;",
+    ),
+    "join_of_cascaded_aggregate": (  # Nexmark q5's shape: the top count per window, by a window join
+        "CREATE TABLE joined (item BIGINT, n BIGINT) WITH ('topic' = 'joined', 'format' = 'changelog-json');",
+        "INSERT INTO joined SELECT C.item, C.n FROM (\n"
+        f"  SELECT item, window_start AS ws, window_end AS we, COUNT(*) AS n FROM TABLE({_HOP.format(t='bids')})\n"
+        "  GROUP BY item, window_start, window_end) C\n"
+        "JOIN (SELECT MAX(n) AS top, ws, we FROM (\n"
+        f"    SELECT item, window_start AS ws, window_end AS we, COUNT(*) AS n FROM TABLE({_HOP.format(t='bids')})\n"
+        "    GROUP BY item, window_start, window_end) GROUP BY ws, we) M\n"
+        "ON C.ws = M.ws AND C.we = M.we AND C.n >= M.top;",
+    ),
+}
+
+
+def window_op_workload(seed: int, shape: str) -> Workload:
+    """A window Top-N or window join (``WINDOW_OP_QUERIES``) over append-only, disordered,
+    never late bids (and asks), one workload per seed and shape, fully determined by them."""
+    rng = random.Random(f"tidemark-window-ops-{shape}-{seed}")
+    n_batches = rng.randint(2, 6)
+    sink, insert = WINDOW_OP_QUERIES[shape]
+    tables = ["bids", "asks"] if "TABLE asks" in insert else ["bids"]
+    inputs = {t: _disordered_bids(rng, rng.randint(20, 60), n_batches, seq_column=True) for t in tables}
+    sql = "\n".join([*(_WINDOW_TABLE.format(name=t) for t in tables), sink, insert])
+    return Workload(name=f"window-op-{shape}-{seed}", shape=shape, strategy="", seed=seed, sql=sql,
+                    inputs=inputs, conflicts="none")
+
+
+def window_op_changelog_workload(shape: str) -> Workload:
+    """``window_op_workload(1, shape)`` with ``bids`` an upsert changelog (``PRIMARY KEY
+    (id)``, the same rows): Flink 2.3 refuses a window Top-N or window join over it."""
+    w = window_op_workload(1, shape)
+    bids = _WINDOW_TABLE.format(name="bids")
+    keyed = bids.replace("ts TIMESTAMP(3), ", "ts TIMESTAMP(3), PRIMARY KEY (id) NOT ENFORCED, ")
+    return Workload(**{**w.__dict__, "name": f"window-op-changelog-{shape}", "pks": {"bids": "id"},
+                       "sql": w.sql.replace(bids, keyed.replace("'json'", "'upsert-json'"))})
 # OVER aggregation on event time (append-only input, disorder within the watermark delay)
 # --------------------------------------------------------------------------------------------
 

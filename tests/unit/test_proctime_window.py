@@ -110,6 +110,15 @@ def test_explain_names_the_processing_time_clock():
      "GROUP BY bidder, window_start, window_end",
      "HOP windows on processing time are not supported (TUMBLE is)", "HOP("),
     ("SELECT bidder, 0, 0, p_time, p_time FROM B", "unsupported function PROCTIME()", "PROCTIME()"),
+    ("SELECT bidder, rn, price, window_start, window_end FROM (\n"
+     "SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY price DESC) AS rn\n"
+     "FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))) WHERE rn <= 2",
+     "TUMBLE(...) on processing time is only supported under GROUP BY window_start, window_end", "TUMBLE("),
+    ("SELECT X.bidder, 0, 0, X.window_start, X.window_end\n"
+     "FROM (SELECT * FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))) X\n"
+     "JOIN (SELECT * FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))) Y\n"
+     "ON X.bidder = Y.bidder AND X.window_start = Y.window_start AND X.window_end = Y.window_end",
+     "TUMBLE(...) on processing time is only supported under GROUP BY window_start, window_end", "TUMBLE("),
 ])
 def test_other_uses_of_a_processing_time_attribute_are_refused_by_name_and_position(query, message, token):
     sql = SOURCE + "INSERT INTO out " + query
@@ -124,5 +133,6 @@ def test_the_spark_host_refuses_a_processing_time_window_before_the_job_starts()
     from tidemark.spark.watermark import check_supported
 
     with pytest.raises(PlanError, match=r"stage \[\d+\] aggregate#\d+: a processing-time window aggregate does not run "
-                                        r"on Spark yet; it runs in `tidemark replay`"):
+                                        r"on Spark yet \(it runs in `tidemark replay`\); see docs/sql.md, "
+                                        r"\"Processing-time windows\""):
         check_supported(compile_sql(Q12))

@@ -249,10 +249,12 @@ class Pipeline:
         out: list[str] = []
         if n.kind == "source":
             out.append(f"format: {d.get('format')}")
-        elif n.kind == "join":
+        elif n.kind in ("join", "window_join"):
             out.append("on: " + " AND ".join(d["on"]))
             if d.get("residual"):
                 out.append(f"residual: {d['residual']}")
+            if d.get("window"):  # a window join
+                out.append(f"window: {d['window']}   emits when the watermark passes window_end")
             if d.get("strategy"):
                 out.append(f"strategy: {d['strategy']} join; {d.get('strategy_reason', '')}".rstrip("; "))
             if d.get("delta_join"):
@@ -282,12 +284,14 @@ class Pipeline:
         elif n.kind == "aggregate":
             out.append(f"group by: {', '.join(d['group_by']) or '(none: one global group)'}")
             out.append(f"aggregates: {', '.join(d['aggregates']) or '(none: SELECT DISTINCT)'}")
-        elif n.kind == "rank":
+        elif n.kind in ("rank", "window_rank"):
             out.append(f"partition by: {', '.join(d['partition_by']) or '(none: one partition)'}   "
                        f"order by: {', '.join(d['order_by'])}")
             out.append(f"rows: {d.get('range')}   row number: {d.get('row_number')}   input: {d.get('input')}")
             if d.get("deduplicate"):
                 out.append(f"deduplicate: {d['deduplicate']}")
+            if d.get("window"):  # a window Top-N
+                out.append(f"window: {d['window']}   emits when the watermark passes window_end")
         elif n.kind == "calc" and n.stage is not None:
             spark = n.stage.to_spark_sql()
             if spark["filter"] is not None:

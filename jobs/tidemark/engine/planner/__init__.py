@@ -5,7 +5,8 @@ read (``SinkPlanner.check_statement_set``).
 
 Each job has its module: ``scope`` resolves names, ``keys`` infers upsert keys,
 ``select``, ``join``, ``lookup``, ``aggregate``, ``rank``, ``over`` and ``union`` build stages, ``window``
-event time and windows, ``sink`` applies the sink policy;
+event time and windows, ``window_ops`` window Top-N and window joins, ``sink`` applies the
+sink policy;
 ``graph`` holds the nodes they add. ``Planner`` puts the builders together.
 """
 
@@ -21,13 +22,15 @@ from tidemark.engine.planner.rank import RankPlanner
 from tidemark.engine.planner.select import SelectPlanner
 from tidemark.engine.planner.sink import COMPACTION_MODES, SinkPlanner
 from tidemark.engine.planner.window import WindowPlanner
+from tidemark.engine.planner.window_ops import WindowOpsPlanner
 from tidemark.engine.planner.union import UnionPlanner
 
 __all__ = ["Node", "Planner", "format_key"]
 
 
 class Planner(
-    WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner, OverPlanner, UnionPlanner,
+    WindowOpsPlanner, WindowPlanner, SelectPlanner, JoinPlanner, LookupPlanner, AggregatePlanner, RankPlanner,
+    OverPlanner, UnionPlanner,
     SinkPlanner,
 ):
     """All builders over one graph: ``plan()`` plans the script's INSERTs."""

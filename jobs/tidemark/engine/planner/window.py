@@ -26,6 +26,8 @@ from tidemark.engine.types import make_type
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
 _TIMESTAMP = make_type("TIMESTAMP", (3,))
+#: the node kinds that may read a window table function's rows
+WINDOW_OPERATORS = ("window_aggregate", "window_rank", "window_join")
 
 
 class WindowPlanner(PlanGraph):
@@ -291,20 +293,27 @@ class WindowPlanner(PlanGraph):
             agg.detail["proctime"] = True
 
     def finish(self, ins, body: int) -> None:  # noqa: ANN001
-        """A window table function must feed a window aggregate (what is built of Flink's
-        window operators so far)."""
+        """A window table function must feed a window operator: a window aggregate, a window
+        Top-N or a window join (``planner.window_ops``)."""
         for window_id, call in self._window_calls.items():
+            if self.node(window_id).detail.get("proctime") and not self._feeds_window_aggregate(window_id, ("window_aggregate",)):
+                raise sql_error(
+                    f"{call.function}(...) on processing time is only supported under GROUP BY window_start, "
+                    "window_end (a window aggregate); window Top-N and window joins need event time",
+                    call,
+                )
             if not self._feeds_window_aggregate(window_id):
                 raise sql_error(
-                    f"{call.function}(...) is only supported under GROUP BY window_start, window_end "
-                    "(a window aggregate); selecting its rows directly, window joins and window Top-N "
-                    "are not supported yet",
+                    f"{call.function}(...) is only supported under GROUP BY window_start, window_end (a window "
+                    "aggregate), ROW_NUMBER() OVER (PARTITION BY window_start, window_end ...) filtered on the row "
+                    "number (a window Top-N) or a join ON both sides' window_start and window_end (a window join); "
+                    "selecting its rows directly is not supported yet",
                     call,
                 )
         super().finish(ins, body)  # type: ignore[misc]
 
-    def _feeds_window_aggregate(self, node_id: int) -> bool:
+    def _feeds_window_aggregate(self, node_id: int, operators: tuple[str, ...] = WINDOW_OPERATORS) -> bool:
         consumers = [n for n in self.nodes if node_id in n.inputs]
         return bool(consumers) and all(
-            n.kind == "window_aggregate" or (n.kind == "calc" and self._feeds_window_aggregate(n.id)) for n in consumers
+            n.kind in operators or (n.kind == "calc" and self._feeds_window_aggregate(n.id, operators)) for n in consumers
         )
