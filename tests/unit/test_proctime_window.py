@@ -104,21 +104,25 @@ def test_explain_names_the_processing_time_clock():
     assert "emits when the processing time reaches window_end" in text
 
 
+#: the window operators other than aggregation need event time
+AGGREGATION_ONLY = "TUMBLE(...) on processing time is only supported under GROUP BY window_start, window_end"
+OVER_B = "TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))"
+
+
 @pytest.mark.parametrize(("query", "message", "token"), [
-    ("SELECT bidder, COUNT(*), 0, window_start, window_end\n"
-     "FROM TABLE(HOP(TABLE B, DESCRIPTOR(p_time), INTERVAL '5' SECOND, INTERVAL '10' SECOND))\n"
-     "GROUP BY bidder, window_start, window_end",
-     "HOP windows on processing time are not supported (TUMBLE is)", "HOP("),
-    ("SELECT bidder, 0, 0, p_time, p_time FROM B", "unsupported function PROCTIME()", "PROCTIME()"),
-    ("SELECT bidder, rn, price, window_start, window_end FROM (\n"
-     "SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY price DESC) AS rn\n"
-     "FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))) WHERE rn <= 2",
-     "TUMBLE(...) on processing time is only supported under GROUP BY window_start, window_end", "TUMBLE("),
-    ("SELECT X.bidder, 0, 0, X.window_start, X.window_end\n"
-     "FROM (SELECT * FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))) X\n"
-     "JOIN (SELECT * FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))) Y\n"
-     "ON X.bidder = Y.bidder AND X.window_start = Y.window_start AND X.window_end = Y.window_end",
-     "TUMBLE(...) on processing time is only supported under GROUP BY window_start, window_end", "TUMBLE("),
+    pytest.param("SELECT bidder, COUNT(*), 0, window_start, window_end\n"
+                 "FROM TABLE(HOP(TABLE B, DESCRIPTOR(p_time), INTERVAL '5' SECOND, INTERVAL '10' SECOND))\n"
+                 "GROUP BY bidder, window_start, window_end",
+                 "HOP windows on processing time are not supported (TUMBLE is)", "HOP(", id="hop"),
+    pytest.param("SELECT bidder, 0, 0, p_time, p_time FROM B", "unsupported function PROCTIME()", "PROCTIME()",
+                 id="selected"),
+    pytest.param(f"SELECT bidder, rn, price, window_start, window_end FROM (SELECT *,\n"
+                 f"ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY price DESC) AS rn FROM {OVER_B})\n"
+                 "WHERE rn <= 2", AGGREGATION_ONLY, "TUMBLE(", id="window top-n"),
+    pytest.param(f"SELECT X.bidder, 0, 0, X.window_start, X.window_end FROM (SELECT * FROM {OVER_B}) X\n"
+                 f"JOIN (SELECT * FROM {OVER_B}) Y ON X.bidder = Y.bidder\n"
+                 "AND X.window_start = Y.window_start AND X.window_end = Y.window_end", AGGREGATION_ONLY, "TUMBLE(",
+                 id="window join"),
 ])
 def test_other_uses_of_a_processing_time_attribute_are_refused_by_name_and_position(query, message, token):
     sql = SOURCE + "INSERT INTO out " + query
