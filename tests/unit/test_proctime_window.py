@@ -13,7 +13,7 @@ import pytest
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.errors import PlanError, SqlError
+from tidemark.engine.errors import SqlError
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.engine.stage import BatchContext
@@ -133,10 +133,16 @@ def test_other_uses_of_a_processing_time_attribute_are_refused_by_name_and_posit
     assert (str(info.value)[:len(message)], info.value.line, info.value.col) == (message, *where)
 
 
-def test_the_spark_host_refuses_a_processing_time_window_before_the_job_starts():
+def test_a_bucket_asks_to_be_woken_when_its_earliest_window_is_due_and_spark_accepts_the_plan():
     from tidemark.spark.watermark import check_supported
 
-    with pytest.raises(PlanError, match=r"stage \[\d+\] aggregate#\d+: a processing-time window aggregate does not run "
-                                        r"on Spark yet \(it runs in `tidemark replay`\); see docs/sql.md, "
-                                        r"\"Processing-time windows\""):
-        check_supported(compile_sql(Q12))
+    pipeline = compile_sql(Q12)
+    check_supported(pipeline)
+    stages = {n.kind: n.stage for n in pipeline.nodes}
+    kernel = stages["window_aggregate"].batch_kernel()
+    state = None
+    for t, due in ((3, now(10) - 1), (12, now(20) - 1)):  # at 12 s, [0 s, 10 s) fires and [10 s, 20 s) opens
+        rows = ChangeBatch(changes=stages["window"].process([bid(t, 7, 10)]))
+        state, _ = kernel.process_batch([rows], state, BatchContext(now_ms=now(t)))
+        assert kernel.next_wakeup(state) == due
+    assert kernel.next_wakeup(None) is None

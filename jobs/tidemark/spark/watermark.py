@@ -27,7 +27,7 @@ and a bucket with nothing stored and no record only stores the watermark.
 
 Refused before the job starts, naming the stage: an event-time stage whose input comes
 through another keyed stage (ticks travel only from the passes that read sources), and the
-window Top-N, window join and processing-time window aggregate, which only replay runs yet.
+window Top-N and window join, which only replay runs yet.
 """
 
 from __future__ import annotations
@@ -42,29 +42,9 @@ from tidemark.engine.event_time import epoch_ms, greatest_ms
 from tidemark.spark.event_clock import TICK_INPUT, encode_tick, watermark_sources
 
 
-#: window stages the Spark host does not run yet, by node kind: what they are, where docs/sql.md
-#: says so
-_REPLAY_ONLY = {"window_rank": ("a window Top-N", "Window Top-N and window joins"),
-                "window_join": ("a window join", "Window Top-N and window joins")}
-_PROCTIME = ("a processing-time window aggregate", "Processing-time windows")
-
-
-def _replay_only(node: Any) -> tuple[str, str] | None:
-    """What ``node`` is and its docs/sql.md section, if only replay runs it."""
-    if node.kind == "window_aggregate" and node.detail.get("proctime"):
-        return _PROCTIME
-    return _REPLAY_ONLY.get(node.kind)
-
-
 def check_supported(pipeline: Any) -> None:
     """Refuse what the Spark host cannot run with event time (module docstring)."""
     for node in pipeline.nodes:
-        what = _replay_only(node)
-        if what is not None:
-            raise PlanError(
-                f"stage [{node.id}] {node.name}: {what[0]} does not run on Spark yet "
-                f"(it runs in `tidemark replay`); see docs/sql.md, \"{what[1]}\""
-            )
         if not watermark_sources(node.stage):
             continue
         keyed = _keyed_upstream(pipeline, node)

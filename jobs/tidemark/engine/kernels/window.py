@@ -163,6 +163,10 @@ class ProctimeWindowKernel(WindowAggregateKernel):
                    for c in inputs[0].changes()]
         return self._advance(changes, state, None, ctx.now_ms, ctx)
 
+    def next_wakeup(self, state: pl.DataFrame | None) -> int | None:
+        """When the earliest open window of ``state`` fires (a host's timer for the bucket)."""
+        return None if state is None else int(state[_END].min()) - 1
+
 
 def _by_position(frame: pl.DataFrame, pos: list[str]) -> pl.DataFrame:
     """Rows in source-position order, so a group's ``last()`` position is its greatest

@@ -33,7 +33,10 @@ class ProctimeWindow:
 
 class ProctimeWindowAggregate(WindowAggregate):
     """A ``WindowAggregate`` over ``ProctimeWindow`` rows of tumbling windows of ``size_ms``:
-    no watermark, its clock is the host's processing time."""
+    no watermark, its clock is the host's processing time: a host with timers (Spark) wakes
+    a bucket at its kernel's ``next_wakeup``, when its earliest open window is due."""
+
+    uses_timers = True
 
     def __init__(self, group_by, calls, window, size_ms: int, name: str = "window_aggregate") -> None:  # noqa: ANN001
         super().__init__(group_by, calls, window, (), name=name)
