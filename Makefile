@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export TIDEMARK_FLINK_PYTHON := $(abspath $(FLINK_VENV)/bin/python)
 
-.PHONY: install install-flink test docs-check conformance demo bench bench-quick clean
+.PHONY: install install-flink test docs-check conformance demo bench bench-quick bench-nexmark-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: $(STAMP) $(FLINK_STAMP)
 
 bench-quick: $(STAMP) $(FLINK_STAMP)
 	$(PY) tests/bench/suite.py --quick --json $${TMPDIR:-/tmp}/tidemark-bench-quick.json
+
+# the Nexmark queries alone (tests/bench/nexmark_bench.py), at the smoke run's size
+bench-nexmark-quick: $(STAMP) $(FLINK_STAMP)
+	$(PY) tests/bench/suite.py --quick --only nexmark --json $${TMPDIR:-/tmp}/tidemark-bench-nexmark-quick.json
 
 demo: $(STAMP)
 	$(PY) -m tidemark.control.demo

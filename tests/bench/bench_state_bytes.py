@@ -15,7 +15,7 @@ from tidemark.engine import state_codec
 from tidemark.engine.driver import Bucket
 from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer
 from tidemark.engine.types import parse_type
-from tidemark.spark.keyed import bucket_of, encode_key
+from tidemark.engine.bucketing import bucket_of_key
 
 BUCKETS = 256
 COLUMNS = tuple(zip(("id", "level", "attr"), (parse_type("BIGINT"), parse_type("BIGINT"), parse_type("STRING"))))
@@ -33,8 +33,8 @@ def main() -> None:
             lv = rng.randint(1, 4_000)
             row = (i, lv, f"a{lv}" + ("'" if rng.random() < 0.1 else ""))
             pos = (rng.randint(0, 4), 1, 0, rng.randint(0, 232_651))
-            key_bytes = encode_key((i,))
-            b = bucket_of(key_bytes, BUCKETS)
+            key_bytes = repr((i,)).encode()  # the pickled format's key bytes
+            b = bucket_of_key((i,), BUCKETS)
             ident = mat.identity(row)
             if strategy == "NOTHING":
                 typed[b].states[(i,)] = CurrentRow(row, NOW_MS, 0)

@@ -4,11 +4,14 @@ Why normalize: the same value reaches the comparison as different Python types â
 rows come through JSON (``5``, ``"1.50"`` for a DECIMAL, ``5.0``), Tidemark's as tuples of
 Python values (``Decimal('1.50')``, ``5``). Numbers compare by value (``1 == 1.0 ==
 Decimal('1.00')``; floats to a relative 1e-9, as a DOUBLE SUM may add in another order);
-everything else exactly, ``None`` only equals ``None``. Stdlib only (both venvs import it).
+timestamps by their instant (Flink's measuring sink writes a TIMESTAMP as its
+``TimestampData``, ``{"millisecond", "nanoOfMillisecond"}`` since the epoch, Tidemark's is a
+naive ``datetime``, both in UTC); everything else exactly, ``None`` only equals ``None``. Stdlib only (both venvs import it).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -37,6 +40,18 @@ def _num(v: Any) -> Decimal | float | None:
     return None
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _epoch_nanos(v: Any) -> int | None:
+    """The instant of a timestamp as nanoseconds since the epoch, or None when ``v`` is none."""
+    if isinstance(v, dt.datetime):
+        return (v.replace(tzinfo=None) - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+    if isinstance(v, Mapping) and set(v) == {"millisecond", "nanoOfMillisecond"}:
+        return int(v["millisecond"]) * 1_000_000 + int(v["nanoOfMillisecond"])
+    return None
+
+
 def values_equal(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is None and b is None
@@ -50,6 +65,9 @@ def values_equal(a: Any, b: Any) -> bool:
             fa, fb = float(na), float(nb)
             return fa == fb or math.isclose(fa, fb, rel_tol=1e-9, abs_tol=1e-12)
         return na == nb
+    ta, tb = _epoch_nanos(a), _epoch_nanos(b)
+    if ta is not None and tb is not None:
+        return ta == tb
     return a == b
 
 

@@ -1,7 +1,7 @@
 """Tidemark vs Flink 2.3 on the same workloads, in one run.
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/suite.py \\
-        [--quick] [--scale 4] [--scales W3=2.1] [--batches 5] [--repeats 3] [--only W1,W3] \\
+        [--quick] [--scale 4] [--scales W3=2.1] [--batches 5] [--repeats 3] [--only W1,W3,nexmark] \\
         [--latency-rate 10000] [--latency-seconds 30] \\
         [--out docs/benchmarks.md] [--json tests/bench/results.json]
 
@@ -24,6 +24,12 @@ apart under the same load) and then its median is taken, since this machine is s
 noisy. Every run's final sink table is compared (``compare.py``) with Flink's of the same
 repeat and with the table the generator computed from the data: any difference is printed
 and the suite exits 1 without touching ``--out``.
+
+The Nexmark queries (``nexmark_bench.py``: ``NX-q0`` .. ``NX-q23``, those that equal Flink 2.3
+on the Spark host) are workloads too: 50,000 generated events per unit of scale (make bench:
+200,000), measured by the same rules; ``make bench`` runs them after W1-W4 (``--no-nexmark``
+leaves them out), ``--quick`` only when named (``--quick --only nexmark``, ``make
+bench-nexmark-quick``).
 
 ``--flink-cap W3:LEGACY=300`` cancels that Flink variant after 300 s (default for W3 at scale
 >= 0.5, where LEGACY needs far longer than the suite can wait): the run then has no table to
@@ -70,12 +76,15 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import compare  # noqa: E402
 import flink_runner  # noqa: E402
+import nexmark_bench  # noqa: E402
 import sustained  # noqa: E402
 import tidemark_runner  # noqa: E402
 import workloads  # noqa: E402
 from flink_session import FlinkSession  # noqa: E402
 
 BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
+#: every workload: the suite's own, then the Nexmark queries (``--only nexmark`` names those)
+ALL_NAMES = (*workloads.NAMES, *nexmark_bench.NAMES)
 #: the Flink cap W3 LEGACY gets at scale >= 0.5 unless --flink-cap says otherwise (parse_caps)
 DEFAULT_W3_LEGACY_CAP_S = 300.0
 #: defaults of a full run (make bench) and of --quick (make bench-quick, the harness smoke test)
@@ -84,9 +93,10 @@ DEFAULT_W3_LEGACY_CAP_S = 300.0
 #: 10,000 rows/s for 30 s
 FULL = {"scale": 4.0, "scales": "W3=2.1", "batches": 5, "repeats": 3, "sessions": "suite",
         "latency_seconds": 30.0, "latency_rate": 10_000.0, "latency_backlog": 0, "latency_warmup": 10.0,
-        "no_warmup": False, "overlap": 0}
+        "no_warmup": False, "overlap": 0, "nexmark": True}
 QUICK = {"scale": 0.01, "scales": "", "batches": 1, "repeats": 1, "sessions": "suite", "latency_seconds": 0.0,
-         "latency_rate": 10_000.0, "latency_backlog": 0, "latency_warmup": 0.0, "no_warmup": True, "overlap": 2}
+         "latency_rate": 10_000.0, "latency_backlog": 0, "latency_warmup": 0.0, "no_warmup": True, "overlap": 2,
+         "nexmark": False}
 #: JVM flags of both systems in an ``--overlap`` run (a smoke run of tiny jobs): compile with
 #: C1 only and collect with one GC thread. Measured on the quick suite's jobs: the Spark JVM
 #: used 17 instead of 36 CPU-seconds, Flink's 15 instead of 28, for the same wall time alone,
@@ -162,7 +172,7 @@ def run_flink(wl: Any, variant: str, workdir: Path, session: FlinkSession,
         return capped_figures(res, session.startup_s)
     if not res.get("ok"):
         raise SystemExit(f"!!! Flink failed on {wl.name}/{variant}: {res.get('error')}")
-    table = res.pop("rows")
+    table = res.pop("rows") if res.get("materialized", True) else []  # a counting sink keeps no table
     for k in ("plan", "config"):
         res.pop(k, None)
     # all processes of the run, as for Tidemark (whose driver is a Python process too)
@@ -467,9 +477,11 @@ def record_run(wl: Any, system: str, variant: str, rep: int, res: dict[str, Any]
         say(f"{wname} repeat {rep + 1}: {system} {variant}: {throughput_text(res)}, "
             f"peak RSS {res['peak_rss_bytes'] / 2**20:,.0f} MB (to the cap); table not compared")
         return
-    diffs = tables_equal(wl.expected, table, compare.key_positions(wl.sink_columns, wl.sink_pk))
+    # a Nexmark workload has no table from the generator (nexmark_bench.py): Flink's only
+    known = wl.expected is not None
+    diffs = tables_equal(wl.expected, table, compare.key_positions(wl.sink_columns, wl.sink_pk)) if known else []
     res["table_rows"] = len(table)
-    res["equal_to_expected"] = not diffs
+    res["equal_to_expected"] = not diffs if known else None
     if diffs:
         results["differences"].append({"workload": wname, "repeat": rep, "a": "expected",
                                        "b": key(system, variant), "first": diffs[:10]})
@@ -485,6 +497,8 @@ def record_run(wl: Any, system: str, variant: str, rep: int, res: dict[str, Any]
 def check_against_flink(wl: Any, rep: int, tables: dict[str, Any], results: dict[str, Any]) -> None:
     """Compare every table of one repeat with the reference: the first Flink variant that
     ran to its end (each table was also compared with the generator's in ``record_run``)."""
+    if not wl.sink_pk:  # both measuring sinks keep a table by the sink's key (nexmark_bench.py)
+        return
     pk = compare.key_positions(wl.sink_columns, wl.sink_pk)
     ref = next((key("flink", v) for v in wl.flink_variants if key("flink", v) in tables), None)
     for k, table in tables.items():
@@ -562,14 +576,24 @@ def run_overlapped(wls: list[Any], args: argparse.Namespace, bootstrap: str, wor
 
 
 def workload_results(wl: Any, scale: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"scale": scale, "input_rows": wl.input_rows, "final_rows": len(wl.expected), "params": wl.params,
+    return {"scale": scale, "input_rows": wl.input_rows, "final_rows": final_rows(wl), "sink_pk": list(wl.sink_pk), "params": wl.params,
             "runs": runs, "medians": summarize(runs), "ratios": ratios(wl, runs)}
+
+
+def final_rows(wl: Any) -> int | None:
+    """The size of the generator's final table (None: it computes none)."""
+    return None if wl.expected is None else len(wl.expected)
+
+
+def final_text(rows: int | None) -> str:
+    return "no final table from the generator" if rows is None else f"final table {rows:,} rows"
 
 
 def generate(wname: str, args: argparse.Namespace, work: Path) -> Any:
     """Workload ``wname`` at its scale, with only the Tidemark variants ``--only`` kept
     (``W4:regular``: all of them when it names none)."""
-    wl = workloads.generate(wname, args.scale_of.get(wname, args.scale), args.seed, work / wname / "input")
+    make = nexmark_bench.generate if wname in nexmark_bench.NAMES else workloads.generate
+    wl = make(wname, args.scale_of.get(wname, args.scale), args.seed, work / wname / "input")
     keep = args.variants.get(wname)
     if keep:
         unknown = sorted(set(keep) - set(wl.tidemark_variants))
@@ -586,7 +610,7 @@ def run_all_in_turn(names: list[str], args: argparse.Namespace, bootstrap: str, 
     try:
         for wname in names:
             wl = generate(wname, args, work)
-            say(f"{wname}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
+            say(f"{wname}: {wl.input_rows:,} input records, {final_text(final_rows(wl))}")
             runs = run_workload(wl, args, bootstrap, work, sessions, results)
             results["workloads"][wname] = workload_results(wl, args.scale_of.get(wname, args.scale), runs)
             if not args.keep:
@@ -600,7 +624,7 @@ def run_all_overlapped(names: list[str], args: argparse.Namespace, bootstrap: st
     """The smoke method (make bench-quick, ``--overlap``): see ``run_overlapped``."""
     wls = [generate(n, args, work) for n in names]
     for wl in wls:
-        say(f"{wl.name}: {wl.input_rows:,} input records, final table {len(wl.expected):,} rows")
+        say(f"{wl.name}: {wl.input_rows:,} input records, {final_text(final_rows(wl))}")
     runs = run_overlapped(wls, args, bootstrap, work, results)
     for wl in wls:
         results["workloads"][wl.name] = workload_results(wl, args.scale_of.get(wl.name, args.scale), runs[wl.name])
@@ -616,10 +640,11 @@ def run_suite(args: argparse.Namespace, bootstrap: str, work: Path) -> dict[str,
             names.append(wname)
         if variant:
             args.variants.setdefault(wname, []).append(variant)
-    names = names or list(workloads.NAMES)
-    unknown = [n for n in [*names, *args.scale_of, *(w for w, _ in args.flink_cap)] if n not in workloads.NAMES]
+    names = [n for name in names for n in (nexmark_bench.NAMES if name == "nexmark" else [name])]
+    names = names or [*workloads.NAMES, *(nexmark_bench.NAMES if args.nexmark else ())]
+    unknown = [n for n in [*names, *args.scale_of, *(w for w, _ in args.flink_cap)] if n not in ALL_NAMES]
     if unknown:
-        raise SystemExit(f"--only/--scales: unknown workload(s) {unknown}; expected some of {', '.join(workloads.NAMES)}")
+        raise SystemExit(f"--only/--scales: unknown workload(s) {unknown}; expected some of {', '.join(ALL_NAMES)} or nexmark")
     results: dict[str, Any] = {
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -729,7 +754,7 @@ def render(results: dict[str, Any]) -> str:
         "",
     ]
     for wname, w in results["workloads"].items():
-        lines += [f"### {wname}", "", f"Scale {w.get('scale', results['scale']):g}: {w['input_rows']:,} input records, final table {w['final_rows']:,} rows "
+        lines += [f"### {wname}", "", f"Scale {w.get('scale', results['scale']):g}: {w['input_rows']:,} input records, {final_text(w['final_rows'])} "
                   f"({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v}' for k, v in w['params'].items())}).", "",
                   "| system | variant | throughput rows/s (runs) | whole run rows/s | batches | start-up s | planning s "
                   "| peak RSS MB | state KB | of which materializer KB |",
@@ -750,6 +775,8 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {pair} | {ratio_text(r['rows_per_s'], r.get('rows_per_s_bound'))} | "
                          f"{_ratio(r['peak_rss_bytes'])} | "
                          f"{_ratio(r['state_bytes'])} | {_ratio(r['materializer_state_bytes'])} |")
+        if w["final_rows"] is None:
+            lines += ["", NEXMARK_NOTE if w.get("sink_pk") else NEXMARK_KEYLESS_NOTE]
         capped = [k for k, s in w["medians"].items() if s.get("capped")]
         if capped:
             lines += ["", capped_note(capped)]
@@ -792,6 +819,11 @@ def latency_text(lat: dict[str, Any]) -> str:
     return f"p50 {lat['p50_s']:.2f} s, p99 {lat['p99_s']:.2f} s (max {lat['max_s']:.2f} s), {lat['verdict']}; {rate}"
 
 
+NEXMARK_NOTE = ("A Nexmark query (`nexmark_bench.py`: the seeded generator's events, the query as adapted in "
+                "`tests/nexmark/queries`): its final table was compared with Flink's only (the generator derives none).")
+NEXMARK_KEYLESS_NOTE = ("A Nexmark query (`nexmark_bench.py`) whose sink has no key: both measuring sinks keep a table by "
+                        "the sink's key, so this run's tables were not compared; `tests/nexmark/test_nexmark_spark.py` "
+                        "compares the query's result with Flink's.")
 #: the steady-state clock of the sustained mode, for the method text (see sustained.py)
 STEADY_TEXT = (
     "Throughput is clocked on the steady part, the same rule for both systems: the first micro-batch's "
@@ -855,8 +887,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="cancel a Flink variant after SECONDS and report an upper bound of its throughput, "
                          f"e.g. W3:LEGACY=300 (default for W3 at scale >= 0.5: {DEFAULT_W3_LEGACY_CAP_S:g} s; 0 = no cap)")
     ap.add_argument("--only", default="",
-                    help="comma-separated workloads, e.g. W1,W3, or a workload's Tidemark variant, e.g. W4:regular "
-                         "(default: all)")
+                    help="comma-separated workloads, e.g. W1,W3,NX-q4, or a workload's Tidemark variant, e.g. "
+                         "W4:regular; nexmark: every Nexmark query (default: all)")
+    ap.add_argument("--nexmark", action=argparse.BooleanOptionalAction, default=None,
+                    help="with no --only: run the Nexmark queries after the suite's workloads "
+                         f"(default: {'yes' if FULL['nexmark'] else 'no'}; --quick: no, `--quick --only nexmark` runs them)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="markdown file whose suite section is regenerated")
     ap.add_argument("--json", type=Path, default=None, help="machine-readable results")

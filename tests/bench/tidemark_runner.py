@@ -66,6 +66,9 @@ import sustained  # noqa: E402
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
 SOURCE_PARTITIONS = 2  # like Flink's parallelism 2 in the issue's measurements
 
+#: the environment variable that sets the measured jobs' state bucket count
+STATE_BUCKETS_ENV = "TIDEMARK_BENCH_STATE_BUCKETS"
+
 
 class TidemarkRunError(RuntimeError):
     """The pipeline did not finish (exit status, timeout); the message names the log."""
@@ -558,6 +561,13 @@ def serve(log_file: Path) -> None:
         th.join()
 
 
+def _bench_state_buckets() -> int | None:
+    """``TIDEMARK_BENCH_STATE_BUCKETS``: the state bucket count the session's jobs use (unset:
+    the job's default), so bucket counts are compared on the same workload and load."""
+    value = os.environ.get(STATE_BUCKETS_ENV)
+    return int(value) if value else None
+
+
 def _serve_one(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
     """One run in the session, as ``tidemark run --until-idle`` runs it; its reply."""
     from tidemark.spark.job import PipelineJob
@@ -577,7 +587,8 @@ def _serve_one(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         pipeline = compile_sql(Path(cmd["sql_file"]).read_text(encoding="utf-8"))
         job = PipelineJob(spark, pipeline, cmd["bootstrap"], cmd["checkpoint"], name=cmd["name"],
                           max_records_per_trigger=cmd.get("max_records_per_trigger"),
-                          trigger_interval="100 milliseconds", on_batch=status.batch)
+                          trigger_interval="100 milliseconds", on_batch=status.batch,
+                          state_buckets=_bench_state_buckets())
         lap("compile_s")
         try:
             job.ensure_topics()

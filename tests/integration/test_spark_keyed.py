@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.engine import bucketing
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
@@ -142,7 +143,7 @@ def _del(row, pos):
 
 def buckets_of(state: dict, buckets: int = K.DEFAULT_STATE_BUCKETS) -> int:
     """State-store rows a host keeps for these keys' states: one per state bucket."""
-    return len({K.bucket_of(K.encode_key(k), buckets) for k in state})
+    return len({bucketing.bucket_of_key(k, buckets) for k in state})
 
 
 # ---------------------------------------------------------------------------- tests

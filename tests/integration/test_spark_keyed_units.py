@@ -1,33 +1,14 @@
-"""The Spark host's pure-Python parts, no Spark needed: key bytes Spark groups on, the
+"""The Spark host's pure-Python parts, no Spark needed: the
 stage-error transport, and the Java version check."""
 
 from __future__ import annotations
 
-import datetime as dt
-from decimal import Decimal
 
 import pytest
 
 from tidemark.engine.errors import ConflictError, InputError
-from tidemark.spark.keyed import StageCrash, StageFailure, encode_key, stage_error_from
+from tidemark.spark.keyed import StageCrash, StageFailure, stage_error_from
 from tidemark.spark.session import JavaMissingError, check_java, parse_java_major
-
-
-def test_equal_keys_give_equal_bytes_whatever_the_python_type():
-    assert encode_key((1,)) == encode_key((1.0,)) == encode_key((Decimal("1.00"),)) == encode_key((True,))
-    assert encode_key((Decimal("2.50"),)) == encode_key((2.5,))
-    assert encode_key((None, "a")) == encode_key((None, "a"))
-
-
-def test_repeated_objects_do_not_change_key_bytes():
-    # pickle would memoize the shared string and give different bytes for equal keys
-    s = "x" * 50
-    assert encode_key((s, s)) == encode_key(("x" * 50, "".join(["x"] * 50)))
-
-
-def test_different_keys_give_different_bytes():
-    keys = [(1,), (2,), ("1",), (None,), (1, 2), ((1, 2),), (dt.date(2024, 1, 1),), (1.5,)]
-    assert len({encode_key(k) for k in keys}) == len(keys)
 
 
 def test_stage_error_is_rebuilt_from_the_text_spark_carries():

@@ -56,6 +56,24 @@ TODAY_DIALECT: dict[str, str] = {
     "q23": "equal",
 }
 
+#: the job's aggregate stage gets rows without the column its FILTER / DISTINCT argument is
+#: at (``stages/aggregate.py`` ``_feed``: ``row[call.arg]``); the same plan equals Flink in replay
+_SPARK_AGG_CRASH = "fails: IndexError: tuple index out of range"
+#: the adapted queries on the Spark job host (``test_nexmark_spark.py``): "equal", "not
+#: planned: <the planner's message>" as in ``STATUS``, "not run: <the host's message>" for a
+#: pipeline the host refuses before its job starts, or "fails: <the job's error>" for a job
+#: that stops with an error (each message a part of the error's text: it names the stage first);
+#: "not compared: <why>" leaves a query off this board
+SPARK_STATUS: dict[str, str] = {
+    **{f"q{n}": "equal" for n in range(24)},
+    "q6": STATUS["q6"],
+    "q12": "not compared: Flink gives no reference (NO_ORACLE), and on Spark processing time is the wall "
+           "clock; tests/integration/test_spark_proctime_window.py runs its shape on Spark",
+    "q15": _SPARK_AGG_CRASH,
+    "q16": _SPARK_AGG_CRASH,
+    "q17": _SPARK_AGG_CRASH,
+}
+
 _DIALECT = "backtick identifiers, WATERMARK"
 CONSTRUCTS: dict[str, str] = {
     "q0": _DIALECT,

@@ -38,6 +38,8 @@ SIDE_TABLES = {"side_input": generator.side_input}
 #: a lookup join's ``FOR SYSTEM_TIME AS OF <attribute>``: over a side table loaded before the
 #: first event and never changed, a lookup join is the regular join, which Flink runs on the
 #: oracle's sources (they are not lookup sources)
+#: ``make conformance`` runs on more events and batches than ``make test``
+FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
 _LOOKUP = re.compile(r"\s+FOR\s+SYSTEM_TIME\s+AS\s+OF\s+[\w.`]+", re.I)
 
 
@@ -55,6 +57,15 @@ class Data:
         return generator.split_batches(events, self.n_batches)
 
 
+def data(full: bool) -> Data:
+    """The events every comparison runs on: the fast slice of ``make test``, or ``make
+    conformance``'s (``full``). Event time out of order by up to 1.5 s, never late (the
+    watermark delay is 4 s)."""
+    if full:
+        return Data(seed=42, n_events=20_000, n_batches=10, jitter_ms=1500)
+    return Data(seed=42, n_events=3_000, n_batches=3, jitter_ms=1500)
+
+
 def query_sql(name: str) -> str:
     """The query as one script, its sources first: what ``--init sources.sql`` compiles."""
     return "\n".join(p.read_text(encoding="utf-8") for p in (SOURCES, QUERIES / f"{name}.sql"))
@@ -66,6 +77,12 @@ def today_dialect(sql: str) -> str:
     which the queries that need nothing else can run and be compared with Flink."""
     without_watermark = re.sub(r",\s*WATERMARK FOR [^\n]*", "", sql)
     return without_watermark.replace("`", "")
+
+
+def oracle_sql(sql: str) -> str:
+    """The query as Flink runs it: a lookup join's ``FOR SYSTEM_TIME AS OF`` dropped (see
+    ``_LOOKUP``)."""
+    return _LOOKUP.sub("", sql)
 
 
 def _source_tables(sql: str) -> list[str]:
@@ -92,7 +109,7 @@ def oracle_case(case_id: str, sql: str, data: Data) -> dict:
             if e.table in inputs:
                 inputs[e.table][b].append({"kind": "+I", "row": e.row, "seq": seq})
             seq += 1
-    return {"id": case_id, "sql": _LOOKUP.sub("", sql), "inputs": inputs}
+    return {"id": case_id, "sql": oracle_sql(sql), "inputs": inputs}
 
 
 def _cache_path(case: dict) -> Path:

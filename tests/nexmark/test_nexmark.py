@@ -19,7 +19,6 @@ sets ``TIDEMARK_CONFORMANCE=full``: more events and batches.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -34,31 +33,7 @@ import harness  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 
-FULL = os.environ.get("TIDEMARK_CONFORMANCE", "").lower() == "full"
-#: event time out of order by up to 1.5 s (never late: the watermark delay is 4 s)
-DATA = (harness.Data(seed=42, n_events=20_000, n_batches=10, jitter_ms=1500) if FULL
-        else harness.Data(seed=42, n_events=3_000, n_batches=3, jitter_ms=1500))
-
-
-def _plans(sql: str) -> bool:
-    try:
-        compile_sql(sql)
-    except SqlError:
-        return False
-    return True
-
-
-@pytest.fixture(scope="session")
-def flink() -> dict[str, dict]:
-    """Flink's report for every query that plans in either form (the others never get as
-    far as a comparison): one oracle subprocess for the session, or none when all are cached."""
-    needed = [q for q in harness.QUERY_NAMES if q not in expected_status.NO_ORACLE
-              and (_plans(harness.query_sql(q)) or _plans(harness.today_dialect(harness.query_sql(q))))]
-    cases = [harness.oracle_case(q, harness.query_sql(q), DATA) for q in needed]
-    try:
-        return harness.flink_results(cases)
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
+DATA = harness.data(harness.FULL)
 
 
 def _board(status: dict[str, str]) -> list:

@@ -63,13 +63,6 @@ def test_split_keeps_each_buckets_rows_in_order() -> None:
         batch_ipc.split(table, [0, 1])
 
 
-def test_bucket_is_crc32_of_the_key_mod_buckets() -> None:
-    import zlib
-
-    assert batch_ipc.bucket_of(b"(1,)", 16) == zlib.crc32(b"(1,)") % 16
-    assert {batch_ipc.bucket_of(b"k", 1)} == {0}
-
-
 @pytest.mark.parametrize(
     ("data", "message"),
     [

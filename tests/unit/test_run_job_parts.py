@@ -29,7 +29,8 @@ def progress(batch_id: int, rows: int, start: dict | None, end: dict, latest: di
         "batchId": batch_id,
         "numInputRows": rows,
         "durationMs": {"triggerExecution": 1234},
-        "sources": [{"startOffset": json.dumps(start) if start else None, "endOffset": json.dumps(end),
+        "sources": [{"description": "KafkaV2[Assign[a-0, a-1]]", "numInputRows": rows,
+                     "startOffset": json.dumps(start) if start else None, "endOffset": json.dumps(end),
                      "latestOffset": json.dumps(latest)}],
         "stateOperators": list(state),
     }
@@ -47,6 +48,16 @@ def test_report_joins_spark_progress_with_what_the_sink_saw():
     assert r.lag == {"a": {"0": 5, "1": 0}} and r.total_lag == 5
     assert (r.state_size_bytes, r.state_rows) == (1024, 5)
     assert r.start_offsets == {"a": {"0": 3, "1": 0}} and r.end_offsets == {"a": {"0": 10, "1": 2}}
+
+
+def test_a_topic_read_by_two_branches_counts_its_records_once():
+    p = progress(3, 10, {"a": {"0": 0}}, {"a": {"0": 5}}, {"a": {"0": 5}})
+    p["sources"].append(dict(p["sources"][0]))  # a self-join: the same scan twice, Spark says 10
+    other = {"description": "KafkaV2[Assign[b-0]]", "numInputRows": 2,
+             "startOffset": json.dumps({"b": {"0": 0}}), "endOffset": json.dumps({"b": {"0": 2}})}
+    p["sources"].append(other)
+    p["sources"][0]["numInputRows"] = p["sources"][1]["numInputRows"] = 5
+    assert report_from(p, None).rows_in == 7
 
 
 def test_first_batch_has_no_start_and_lag_never_goes_negative():
@@ -132,6 +143,19 @@ def test_a_checkpoint_with_per_key_state_is_refused_by_name(tmp_path):
     (empty / "tidemark-run.json").write_text(json.dumps({"run_id": "abc"}), encoding="utf-8")
     assert run_info_of(str(empty)) == run_info_of(str(empty), DEFAULT_STATE_BUCKETS)
     assert run_info_of(str(empty)).run_id == "abc"
+
+
+def test_a_checkpoint_bucketed_by_the_previous_data_path_is_refused_naming_both(tmp_path):
+    """arrow-ipc-blobs/1 put a key in bucket crc32(repr(key)) mod N; this version hashes the
+    key columns (tidemark.engine.bucketing), so that state would not be found."""
+    old = tmp_path / "old"
+    (old / "state").mkdir(parents=True)
+    record = {"run_id": "abc", "state_buckets": 64, "data_path": "arrow-ipc-blobs/1"}
+    (old / "tidemark-run.json").write_text(json.dumps(record), encoding="utf-8")
+    assert DATA_PATH == "arrow-ipc-blobs/2"
+    with pytest.raises(JobError, match=f"checkpoint {old} holds keyed state of the data path arrow-ipc-blobs/1; "
+                                       "this version runs arrow-ipc-blobs/2"):
+        run_info_of(str(old))
 
 
 def test_a_checkpoint_of_the_pickled_row_data_path_is_refused_naming_both(tmp_path):

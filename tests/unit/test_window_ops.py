@@ -17,6 +17,7 @@ from tidemark.engine.errors import PlanError, SqlError
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.engine.stage import BatchContext
+from tidemark.spark.event_clock import watermark_sources
 from tidemark.spark.watermark import check_supported
 
 START = datetime(2026, 11, 24, 10, 0, 0)
@@ -211,9 +212,9 @@ def test_window_operator_refusals_name_the_construct_and_its_position(sql, messa
     assert f"line {line}," in str(e.value)
 
 
-def test_spark_refuses_window_top_n_and_window_join_naming_the_stage():
+def test_window_top_n_and_window_join_are_event_time_stages_to_the_spark_host():
     for sql, kind in ((TOP2, "window_rank"), (join_sql(), "window_join")):
         pipeline = compile_sql(sql)
         node = stage_node(pipeline, kind)
-        with pytest.raises(PlanError, match=rf"stage \[{node.id}\] {node.name}: .* does not run on Spark yet"):
-            check_supported(pipeline)
+        check_supported(pipeline)  # runs on Spark (tests/integration/test_spark_window_ops.py)
+        assert watermark_sources(node.stage) == node.stage.sources and node.stage.sources

@@ -51,7 +51,7 @@ def sorted_table(table: pa.Table) -> pa.Table:
     tied = df.select(pl.len().over([*pos, _ADD]) > 1).to_series()
     by = [*pos, _ADD]
     if tied.any():
-        rows = _rows(table.filter(pa.array(tied.to_arrow())))
+        rows = rows_of(table.filter(pa.array(tied.to_arrow())))
         tiebreak = pl.Series(_TIE, [None] * len(df), dtype=pl.String)
         tiebreak = tiebreak.scatter(tied.arg_true(), [repr(r) for r in rows])
         df = df.with_columns(tiebreak)
@@ -119,7 +119,8 @@ def _pos_array(values: list[Any]) -> pa.Array:
     return arr.cast(pa.int64()) if pa.types.is_null(arr.type) else arr
 
 
-def _rows(table: pa.Table) -> list[tuple]:
+def rows_of(table: pa.Table) -> list[tuple]:
+    """The row values of a batch table, one tuple per table row (not per unit of weight)."""
     names = [c for c in table.column_names if not c.startswith("$")]
     columns = [python_values(table.column(n)) for n in names]
     return list(zip(*columns)) if columns else [() for _ in range(table.num_rows)]
@@ -127,7 +128,7 @@ def _rows(table: pa.Table) -> list[tuple]:
 
 def to_changes(table: pa.Table) -> list[Change]:
     """A batch table as ``Change`` tuples, one per unit of weight, in the table's order."""
-    rows = _rows(table)
+    rows = rows_of(table)
     kinds = table.column(KIND).to_pylist()
     weights = table.column(WEIGHT).to_pylist()
     pos_cols = [table.column(c).to_pylist() for c in table.column_names if c.startswith(POS_PREFIX)]

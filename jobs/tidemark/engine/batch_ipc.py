@@ -15,9 +15,9 @@ instead: a batch must always travel, and the values it carries are what it must 
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from tidemark.engine.arrow_types import arrow_type
@@ -114,19 +114,18 @@ def decode_batch(blobs: Sequence[bytes]) -> ChangeBatch:
     return ChangeBatch.from_table(pa.concat_tables(tables, promote_options="permissive"))
 
 
-def bucket_of(key: bytes, buckets: int) -> int:
-    """The state bucket of an encoded key: ``crc32(key) mod buckets``."""
-    return zlib.crc32(key) % buckets
-
-
-def split(table: pa.Table, buckets: Sequence[int]) -> dict[int, pa.Table]:
+def split(table: pa.Table, buckets: Sequence[int] | np.ndarray) -> dict[int, pa.Table]:
     """``table``'s rows by bucket (``buckets[i]``: the bucket of row i), each bucket's rows
-    in table order."""
-    if table.num_rows != len(buckets):
-        raise ValueError(f"{len(buckets)} buckets for a table of {table.num_rows} rows")
-    rows: dict[int, list[int]] = {}
-    for i, b in enumerate(buckets):
-        rows.setdefault(b, []).append(i)
-    if len(rows) == 1:
-        return {next(iter(rows)): table}
-    return {b: table.take(pa.array(idx, pa.int64())) for b, idx in rows.items()}
+    in table order: one stable sort and one ``take``, each bucket a slice of it."""
+    ids = np.asarray(buckets, dtype=np.int64)
+    if table.num_rows != len(ids):
+        raise ValueError(f"{len(ids)} buckets for a table of {table.num_rows} rows")
+    if len(ids) == 0:
+        return {}
+    order = np.argsort(ids, kind="stable")
+    found, starts = np.unique(ids[order], return_index=True)
+    if len(found) == 1:
+        return {int(found[0]): table}
+    ordered = table.take(pa.array(order))
+    ends = [*starts[1:], len(ids)]
+    return {int(b): ordered.slice(int(s), int(e - s)) for b, s, e in zip(found, starts, ends)}

@@ -91,6 +91,9 @@ class KeyedStage(Protocol):
     #: number of inputs (1, or 2 for joins); ``process_key`` gets one list per input
     n_inputs: int
 
+    #: optional, ``key_columns(input_index) -> tuple[int, ...] | None``: the row columns
+    #: ``key_of`` picks, so a host buckets a whole batch by them (``tidemark.engine.bucketing``)
+
     def key_of(self, change: Change, input_index: int) -> tuple: ...
 
     def process_key(

@@ -42,9 +42,10 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 RUN_FILE = "tidemark-run.json"
-#: how changes travel between the query's stages, recorded with the checkpoint: the keyed
-#: stages' stored state is keyed by what that form hands them (``tidemark.spark.keyed``)
-DATA_PATH = "arrow-ipc-blobs/1"
+#: how changes travel between the query's stages and which bucket a key's state is in
+#: (``tidemark.engine.bucketing``), recorded with the checkpoint: state written under
+#: another data path is not where this one looks for it
+DATA_PATH = "arrow-ipc-blobs/2"
 DEFAULT_TRIGGER_INTERVAL = "500 milliseconds"
 #: Spark failures that say nothing about the pipeline: a Python worker started by the JVM
 #: did not connect back within Spark's fixed 10 s (seen on an overloaded machine). The
@@ -70,7 +71,7 @@ def default_checkpoint(name: str) -> str:
 class RunInfo:
     """What a checkpoint fixes for its whole life, recorded in ``tidemark-run.json`` when it
     is created: the transactional writers' run id, and the state bucket count of the keyed
-    stages (``tidemark.spark.keyed``: a key found in bucket ``crc32(key) mod N`` must be
+    stages (``tidemark.spark.keyed``: a key found in bucket ``hash(key) mod N`` must be
     looked up with the same N after a restart). The file also names the data path
     (``DATA_PATH``) whose state the checkpoint holds."""
 
@@ -211,7 +212,8 @@ class PipelineJob:
         #: a keyed stage with timers makes Spark run a batch at every trigger, data or not,
         #: so Trigger.AvailableNow never ends by itself (see ``_idle``)
         self.has_timers = any(
-            n.stage is not None and hasattr(n.stage, "process_key") and has_timers(n.stage)
+            n.stage is not None and (hasattr(n.stage, "process_key") or hasattr(n.stage, "batch_kernel"))
+            and has_timers(n.stage)
             for n in pipeline.nodes
         )
 

@@ -10,9 +10,9 @@ at every stage) the largest cost of a pipeline; a row per bucket pays them once 
 bucket, and the receiver gets typed columns it can hand to a batch kernel as they are.
 
 The pass that produces changes for a keyed stage (the decode pass, a previous keyed stage
-with ``downstream=``, ``keyed_input``) computes each change's key (``key_of``, in the
-canonical byte form ``encode_key``) and its bucket ``crc32(key) mod buckets``, and emits
-one blob per bucket it touched. A 2-input stage (a join) unions both inputs and groups by
+with ``downstream=``, ``keyed_input``) computes the bucket of every change over the key
+columns of the whole batch (``tidemark.engine.bucketing``: equal keys to one bucket whatever
+types carry them) and emits one blob per bucket it touched. A 2-input stage (a join) unions both inputs and groups by
 bucket, so one call sees both sides of every key of the bucket.
 
 State lives in buckets: one binary value state per bucket (``tidemark.engine.state_codec``
@@ -51,10 +51,9 @@ import pickle
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tidemark.engine import batch_ipc, state_codec
+from tidemark.engine import batch_columns, batch_ipc, bucketing, state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import PerKeyAdapter, batch_stage
@@ -75,8 +74,11 @@ STATE_SCHEMA = "state binary"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 OPERATORS = ("applyInPandasWithState", "transformWithStateInPandas")
 DEFAULT_OPERATOR = "transformWithStateInPandas"
-#: state buckets per keyed stage (see the module docstring); fixed for a checkpoint's life
-DEFAULT_STATE_BUCKETS = 256
+#: state buckets per keyed stage (see the module docstring); fixed for a checkpoint's life.
+#: Each bucket costs JVM round trips every batch that touches it, whatever its size, so
+#: a few large buckets beat many small ones on the batches a sustained job takes
+#: (docs/benchmarks.md, "A vectorized bucket function, and bucket counts")
+DEFAULT_STATE_BUCKETS = 16
 #: the keyed stage's input columns
 _GROUPED_COLUMNS = (*BLOB_COLUMNS, "now_ms")
 
@@ -89,58 +91,34 @@ Target = tuple[Any, int] | None
 # ---------------------------------------------------------------------------- transport
 
 
-def _canonical(value: Any) -> Any:
-    """Values Python considers equal map to one representation (1 == 1.0 == True ==
-    Decimal('1.00')), so a key lands in the bucket every equal key lands in, as a dict
-    host would merge them."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float):
-        if value.is_integer():
-            return int(value)
-        return value
-    if isinstance(value, Decimal):
-        if value.is_finite() and value == value.to_integral_value():
-            return int(value)
-        return float(value) if value == float(value) else value.normalize()
-    if isinstance(value, tuple | list):
-        return tuple(_canonical(v) for v in value)
-    return value
-
-
-def encode_key(key: tuple) -> bytes:
-    """Canonical bytes for a key: equal keys give equal bytes. ``pickle`` is not usable
-    here: it memoizes repeated objects, so ``('a', 'a')`` pickles differently depending
-    on whether both strings are the same object."""
-    return repr(_canonical(key)).encode()
-
-
 def blob_rows(
     changes: ChangeBatch | list[Change], schema: Any, target: Target, buckets: int
 ) -> list[tuple[int, int, bytes]]:
     """``changes`` as ``BLOB_SCHEMA`` rows: one per bucket of ``target`` they touch (one
     row, bucket 0, without a target). ``schema``: the node's Arrow schema, or None.
 
-    A columnar batch without a target is encoded as its table stands (typed by ``schema``
-    when its values fit), never through ``Change`` tuples; a target's buckets still come
-    from ``key_of`` per change."""
+    A columnar batch is encoded as its table stands (typed by ``schema`` when its values
+    fit), never through ``Change`` tuples, and split by the buckets its key columns give
+    (``tidemark.engine.bucketing``); only a stage whose key is computed has ``key_of``
+    called per change."""
     batch = changes if isinstance(changes, ChangeBatch) else ChangeBatch.from_changes(changes)
     if batch.is_columnar:
-        if batch.table().num_rows == 0:
+        table = batch_ipc.typed(batch.table(), schema)
+        if table.num_rows == 0:
             return []
-        if target is None:
-            return [(0, 0, batch_ipc.encode(batch_ipc.typed(batch.table(), schema)))]
-    cs = batch.changes()
-    if not cs:
-        return []
-    table = batch_ipc.table_of(cs, schema)
+    else:
+        if not batch.changes():
+            return []
+        table = batch_ipc.table_of(batch.changes(), schema)
     if target is None:
         return [(0, 0, batch_ipc.encode(table))]
     stage, index = target
-    by_bucket = batch_ipc.split(
-        table, [batch_ipc.bucket_of(encode_key(stage.key_of(c, index)), buckets) for c in cs]
-    )
-    return [(b, index, batch_ipc.encode(t)) for b, t in by_bucket.items()]
+    columns = bucketing.key_columns(stage, index)
+    if columns is not None:
+        ids = bucketing.buckets_of_table(table, columns, buckets)
+    else:
+        ids = bucketing.buckets_of_rows(batch_columns.rows_of(table), stage, index, buckets)
+    return [(b, index, batch_ipc.encode(t)) for b, t in batch_ipc.split(table, ids).items()]
 
 
 def run_stateless(stages: Sequence[Any], batch: ChangeBatch) -> ChangeBatch:
@@ -335,12 +313,6 @@ def _batch_id() -> int:
     tc = TaskContext.get()
     value = tc.getLocalProperty(BATCH_ID_PROPERTY) if tc is not None else None
     return int(value) if value is not None else -1
-
-
-def bucket_of(key: bytes, buckets: int) -> int:
-    """The state bucket of an encoded key (``batch_ipc.bucket_of``), so tests and tools can
-    find a key's bucket without Spark."""
-    return batch_ipc.bucket_of(key, buckets)
 
 
 def _crash(stage_name: str, where: str, err: Exception) -> StageFailure:
@@ -675,7 +647,7 @@ def state_operators(progress: dict | None) -> list[dict]:
 def state_rows_total(query: StreamingQuery, operator_index: int | None = None) -> int:
     """Rows in the state store after the last batch: of one stateful operator (index in
     ``state_operators`` order) or summed over all. One row is one state bucket's value
-    (``bucket_of`` says which bucket a key is in)."""
+    (``bucketing.bucket_of_key`` says which bucket a key is in)."""
     ops = state_operators(query.lastProgress)
     if operator_index is not None:
         if not 0 <= operator_index < len(ops):

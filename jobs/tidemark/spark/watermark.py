@@ -42,18 +42,9 @@ from tidemark.engine.event_time import epoch_ms, greatest_ms
 from tidemark.spark.event_clock import TICK_INPUT, encode_tick, watermark_sources
 
 
-#: event-time stages the Spark host does not run yet, by node kind
-_REPLAY_ONLY = {"window_rank": "a window Top-N", "window_join": "a window join"}
-
-
 def check_supported(pipeline: Any) -> None:
     """Refuse what the Spark host cannot run with event time (module docstring)."""
     for node in pipeline.nodes:
-        if node.kind in _REPLAY_ONLY:
-            raise PlanError(
-                f"stage [{node.id}] {node.name}: {_REPLAY_ONLY[node.kind]} does not run on Spark yet "
-                "(it runs in `tidemark replay`); see docs/sql.md, \"Window Top-N and window joins\""
-            )
         if not watermark_sources(node.stage):
             continue
         keyed = _keyed_upstream(pipeline, node)

@@ -78,7 +78,7 @@ class WindowOpsPlanner(PlanGraph):
         )
         rank.stage = WindowRank(
             stage.partition, stage.order, stage.start, stage.end, stage.types, end, window.detail["watermark_of"],
-            output_rank=stage.output_rank, ties="last" if last else "first", name=rank.name,
+            window_start_index=start, output_rank=stage.output_rank, ties="last" if last else "first", name=rank.name,
         )  # fmt: skip
         rank.kind = "window_rank"
         rank.detail["input"] = f"insert-only: keeps the first {stage.end} rows per partition until the window fires"
@@ -134,7 +134,7 @@ class WindowOpsPlanner(PlanGraph):
             self._check_insert_only(side, "window join", where)
         sources = set(lwindow.detail["watermark_of"]) | set(rwindow.detail["watermark_of"])
         node.stage = WindowJoin(
-            regular.join_type, lkeys, rkeys, (left.types, right.types), (le, re), sorted(sources),
+            regular.join_type, lkeys, rkeys, (left.types, right.types), (le, re), sorted(sources), (ls, rs),
             residual=regular.residual, name=node.name,
         )  # fmt: skip
         node.kind = "window_join"

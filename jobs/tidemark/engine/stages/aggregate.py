@@ -266,6 +266,10 @@ class GroupAggregate:
 
         return AggregateKernel(self)
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return self.group_by
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return tuple(change.row[i] for i in self.group_by)
 

@@ -287,6 +287,10 @@ class DeltaJoin:
 
     # ------------------------------------------------------------------ keyed contract
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return self.join.key_columns(input_index)
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         return self.join.key_of(change, input_index)
 

@@ -100,6 +100,10 @@ class Join:
 
         return JoinKernel(self, self.input_schemas)
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return self.keys[input_index]
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         return tuple(change.row[i] for i in self.keys[input_index])
 

@@ -89,6 +89,11 @@ class LookupJoin:
         self.__dict__.update(state)
         self._compile()
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...] | None:
+        """The row columns the key is (``tidemark.engine.bucketing``); the stream side's key
+        is computed."""
+        return self.dim_key if input_index == 1 else None
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         if input_index == 0:
             return tuple(f(change.row) for f in self._key_fns)

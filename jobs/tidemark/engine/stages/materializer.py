@@ -295,6 +295,10 @@ class SinkMaterializer:
         self.name = name
         self.columns = tuple(columns) if columns is not None else None
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return self.pk
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return self.key_of_row(change.row)
 

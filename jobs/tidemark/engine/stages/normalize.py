@@ -93,6 +93,10 @@ class Normalize:
         # columns an upsert must change to count as a change (module docstring); None: all
         self.compared = tuple(compared) if compared is not None else None
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return self.pk
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return self.key_of_row(change.row)
 

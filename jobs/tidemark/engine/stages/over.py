@@ -112,6 +112,10 @@ class OverAggregate:
         """What makes it an event-time stage to a host (``tidemark.spark.event_clock``)."""
         return self.sources
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the state bucket's key is (``tidemark.engine.bucketing``)."""
+        return self.partition
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         return tuple(change.row[i] for i in self.partition)
 

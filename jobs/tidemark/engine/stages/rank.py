@@ -95,6 +95,10 @@ class Rank:
     def top1(self) -> bool:
         return self.start == self.end == 1
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return self.partition
+
     def key_of(self, change: Change, input_index: int) -> tuple:
         return tuple(change.row[i] for i in self.partition)
 

@@ -67,13 +67,15 @@ class WindowAggregate:
         """What makes it an event-time stage to a host (``tidemark.spark.event_clock``)."""
         return self.sources
 
-    def key_of(self, change: Change, input_index: int) -> tuple:
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
         """The group columns without the window's, as Flink keys a window aggregate: every
         window of a key is in one bucket, so session windows merge there and a record's
         HOP or CUMULATE windows are judged late together (its count is one)."""
-        row = change.row
         bounds = (self.window_start_index, self.window_end_index)
-        return tuple(row[i] for i in self.group_by if i not in bounds)
+        return tuple(i for i in self.group_by if i not in bounds)
+
+    def key_of(self, change: Change, input_index: int) -> tuple:
+        return tuple(change.row[i] for i in self.key_columns(input_index))
 
     def batch_kernel(self):  # noqa: ANN201  (the kernel modules import polars and pyarrow)
         if self.session:

@@ -37,6 +37,7 @@ class WindowJoin:
         types: tuple[Sequence[SqlType | None], Sequence[SqlType | None]],
         window_end: tuple[int, int],
         sources: Sequence[str],
+        window_start: tuple[int, int] | None = None,
         residual: Callable[[tuple], bool] | None = None,
         name: str = "window_join",
     ) -> None:
@@ -44,17 +45,32 @@ class WindowJoin:
         self.left_key, self.right_key = left_key, right_key
         self.types = (list(types[0]), list(types[1]))
         self.window_end = window_end
+        # the state bucket's key per side: the join key without the window's bounds, so every
+        # window of a key is in one bucket and a record late for all its HOP windows counts once
+        starts = window_start or (None, None)
+        self.bucket_keys = tuple(
+            tuple(k for k in key if k not in (window_end[side], starts[side]))
+            for side, key in enumerate((left_key, right_key))
+        )
         self.sources = tuple(sorted(sources))
         self.residual = residual
         self.name = name
 
     @property
+    def watermark_sources(self) -> tuple[str, ...]:
+        """What makes it an event-time stage to a host (``tidemark.spark.event_clock``)."""
+        return self.sources
+
+    @property
     def widths(self) -> tuple[int, int]:
         return len(self.types[0]), len(self.types[1])
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns of side ``input_index`` the state bucket's key is."""
+        return self.bucket_keys[input_index]
+
     def key_of(self, change: Change, input_index: int) -> tuple:
-        key = self.left_key if input_index == 0 else self.right_key
-        return tuple(change.row[i] for i in key)
+        return tuple(change.row[i] for i in self.bucket_keys[input_index])
 
     def batch_kernel(self) -> Any:
         from tidemark.engine.kernels.window_join import WindowJoinKernel

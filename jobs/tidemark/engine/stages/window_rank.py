@@ -46,6 +46,7 @@ class WindowRank:
         types: Sequence[SqlType | None],
         window_end_index: int,
         sources: Sequence[str],
+        window_start_index: int | None = None,
         output_rank: bool = True,
         ties: str = "first",
         name: str = "window_rank",
@@ -55,17 +56,30 @@ class WindowRank:
         self.start, self.end = start, end
         self.types = list(types)
         self.window_end_index = window_end_index
+        # the state bucket's key: the partition without the window's bounds, so every window
+        # of a key is in one bucket and a record late for all its HOP windows counts once
+        bounds = {window_end_index, window_start_index}
+        self.bucket_key = tuple(i for i in self.partition if i not in bounds)
         self.sources = tuple(sorted(sources))
         self.output_rank = output_rank
         self.ties = ties
         self.name = name
 
     @property
+    def watermark_sources(self) -> tuple[str, ...]:
+        """What makes it an event-time stage to a host (``tidemark.spark.event_clock``)."""
+        return self.sources
+
+    @property
     def width(self) -> int:
         return len(self.types)
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the state bucket's key is (``tidemark.engine.bucketing``)."""
+        return self.bucket_key
+
     def key_of(self, change: Change, input_index: int) -> tuple:
-        return tuple(change.row[i] for i in self.partition)
+        return tuple(change.row[i] for i in self.bucket_key)
 
     def batch_kernel(self) -> Any:
         from tidemark.engine.kernels.window_rank import WindowRankKernel

@@ -82,6 +82,10 @@ class MergeEngineStage:
     def describe(self) -> dict[str, Any]:
         return self.cfg.describe()
 
+    def key_columns(self, input_index: int = 0) -> tuple[int, ...]:
+        """The row columns the key is (``tidemark.engine.bucketing``)."""
+        return tuple(self.pk)
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return tuple(change.row[i] for i in self.pk)
 

@@ -1,0 +1,90 @@
+"""Running one Nexmark query on the Spark job host, as ``tidemark run --until-idle`` does.
+
+The generated events go into three topics of the broker (``person``, ``auction``, ``bid``,
+renamed unique to the run: tests share one broker, never a topic), one partition each so a
+topic keeps generation order. q13's side table is loaded first: its compacted topic is
+drained by the job, which is then restarted on the same checkpoint for the events. The job
+(``run_pipeline``, the real host) reads the event topics rate-limited to about ``Data.n_batches``
+micro-batches and writes the sink topic, which is read back as a consumer sees it. The
+session's Python workers get q14's UDF module (``nexmark_udfs.py``) as a file of the job
+(``addPyFile``): the test run's one session was started without its folder on PYTHONPATH.
+
+Spark's micro-batches cut the three topics by record counts per topic, not where the
+generator's batches end, so only the final table is comparable with Flink's: a sink with a
+primary key as the table its upserts stand for, a sink without one as the multiset of its
+changes (``harness.canon`` either way).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "integration"))
+import harness  # noqa: E402  (sibling modules, not a package)
+from run_support import encode_source, produce, sink_changes, sink_records, sink_table, topic_of, unique_topics  # noqa: E402
+
+from tidemark.engine.pipeline import Pipeline, compile_sql  # noqa: E402
+from tidemark.kafka.admin import ensure_topics  # noqa: E402
+from tidemark.spark.job import run_pipeline  # noqa: E402
+
+
+def source_records(pipeline: Pipeline, data: harness.Data) -> dict[str, list[dict]]:
+    """Per source table, its ``{"kind", "row"}`` records in generation order (side tables:
+    ``harness.SIDE_TABLES``)."""
+    out: dict[str, list[dict]] = {name: [] for name in pipeline.sources}
+    for name in out:
+        if name in harness.SIDE_TABLES:
+            out[name] = [{"kind": "+I", "row": row} for row in harness.SIDE_TABLES[name]()]
+    for batch in data.batches():
+        for e in batch:
+            if e.table in out:
+                out[e.table].append({"kind": "+I", "row": e.row})
+    return out
+
+
+def _final_table(bootstrap: str, pipeline: Pipeline, writer_id: str | None) -> list[list]:
+    if pipeline.sink.pk_indexes:
+        return harness.canon(sink_table(bootstrap, pipeline, writer_id).values())
+    multiset: Counter = Counter()
+    for c in sink_changes(pipeline, sink_records(bootstrap, pipeline, writer_id)):
+        multiset[c.row] += c.weight
+    assert all(n >= 0 for n in multiset.values()), "the sink retracted a row it never added"
+    return harness.canon([r for r, n in multiset.items() for _ in range(n)])
+
+
+def run_spark(spark: Any, bootstrap: str, query: str, sql: str, data: harness.Data, workdir: Path) -> tuple[list[list], int]:
+    """The sink's final table after the job drained every topic, and how many data batches
+    it took. Raises what the job raises (``PlanError`` for a pipeline the host refuses)."""
+    sql, _ = unique_topics(sql, f"nx-{query}")
+    pipeline = compile_sql(sql)
+    # q14's UDF module, for the Python workers of a session started without it on PYTHONPATH
+    spark.sparkContext.addPyFile(str(HERE / "nexmark_udfs.py"))
+    records = source_records(pipeline, data)
+    for name, table in pipeline.sources.items():
+        ensure_topics(bootstrap, {topic_of(table): 1}, compacted=bool(table.primary_key))
+    checkpoint = str(workdir / "checkpoint")
+    side = [n for n in records if n in harness.SIDE_TABLES]
+    if side:
+        # a side table is loaded before the first event (as the oracle and replay have it):
+        # the job drains its topic, then is restarted on the same checkpoint for the events
+        _produce(bootstrap, pipeline, records, side)
+        run_pipeline(spark, pipeline, bootstrap, checkpoint, name=f"nexmark-{query}")
+    events = [n for n in records if n not in side]
+    _produce(bootstrap, pipeline, records, events)
+    per_batch = math.ceil(max(len(records[n]) for n in events) / data.n_batches)
+    result = run_pipeline(spark, pipeline, bootstrap, checkpoint, name=f"nexmark-{query}",
+                          max_records_per_trigger=per_batch)
+    assert result.rows_in == sum(len(records[n]) for n in events), f"{query}: every event is read once"
+    batches = sum(1 for r in result.reports if r.rows_in)
+    return _final_table(bootstrap, pipeline, result.sink_writer_id), batches
+
+
+def _produce(bootstrap: str, pipeline: Pipeline, records: dict[str, list[dict]], names: list[str]) -> None:
+    for name in names:
+        table = pipeline.sources[name]
+        produce(bootstrap, topic_of(table), encode_source(table, records[name]))
