@@ -43,10 +43,12 @@ def _params() -> list:
         if status.startswith("not compared: "):
             continue
         marks = []
-        if status != "equal":
+        if status.startswith("differs: "):  # the job runs; its final table is not Flink's
+            marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=status))
+        elif status != "equal":
             marks.append(pytest.mark.xfail(strict=True, raises=TidemarkError, reason=status))
         # a refusal costs no job; a job that fails runs as long as one that does not
-        if (status == "equal" and q not in FAST) or status.startswith("fails: "):
+        if (status == "equal" and q not in FAST) or status.startswith(("fails: ", "differs: ")):
             marks.append(pytest.mark.slow)
         params.append(pytest.param(q, marks=marks, id=q))
     return params

@@ -36,6 +36,14 @@ def test_changes_round_trip_with_the_planners_types() -> None:
     assert batch_ipc.decode_batch([blob]).changes() == changes()
 
 
+def test_a_planner_name_for_an_expression_is_not_taken_for_a_bookkeeping_column() -> None:
+    # an aggregate's FILTER flags and DISTINCT arguments are unnamed expressions ("$f1")
+    schema = batch_ipc.schema_of(["$f0", "name", "$f2", "at"], TYPES)
+    blob = batch_ipc.encode(batch_ipc.table_of(changes(), schema))
+    assert batch_ipc.decode(blob).schema.names[:4] == ["_0", "name", "_2", "at"]
+    assert batch_ipc.decode_batch([blob]).changes() == changes()
+
+
 def test_unknown_type_or_values_that_do_not_fit_are_typed_by_the_values() -> None:
     assert batch_ipc.schema_of(COLUMNS, [*TYPES[:3], None]) is None
     wide = [Change("+I", (2**40, "x"), (1,))]  # a BIGINT value in a column planned as INT

@@ -38,11 +38,13 @@ def schema_of(columns: Sequence[str], types: Sequence[SqlType | None]) -> pa.Sch
     """The Arrow schema of a node's row columns; None when a type is unknown or has no
     Arrow type (the values' own types are used then)."""
     fields = []
-    for name, t in zip(columns, types):
+    for i, (name, t) in enumerate(zip(columns, types)):
         if t is None:
             return None
         try:
-            fields.append(pa.field(name, arrow_type(t)))
+            # a planner's name for an unnamed expression ("$f3") would read as one of the
+            # batch's own columns ("$kind", "$pos0"): it gets ChangeBatch's positional name
+            fields.append(pa.field(f"_{i}" if name.startswith("$") else name, arrow_type(t)))
         except ValueError:
             return None
     return pa.schema(fields)
