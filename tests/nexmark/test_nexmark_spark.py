@@ -40,6 +40,8 @@ def _params() -> list:
     params = []
     for q in harness.QUERY_NAMES:
         status = expected_status.SPARK_STATUS[q]
+        if status.startswith("not compared: "):
+            continue
         marks = []
         if status.startswith("differs: "):  # the job runs; its final table is not Flink's
             marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=status))

@@ -29,7 +29,8 @@ def progress(batch_id: int, rows: int, start: dict | None, end: dict, latest: di
         "batchId": batch_id,
         "numInputRows": rows,
         "durationMs": {"triggerExecution": 1234},
-        "sources": [{"startOffset": json.dumps(start) if start else None, "endOffset": json.dumps(end),
+        "sources": [{"description": "KafkaV2[Assign[a-0, a-1]]", "numInputRows": rows,
+                     "startOffset": json.dumps(start) if start else None, "endOffset": json.dumps(end),
                      "latestOffset": json.dumps(latest)}],
         "stateOperators": list(state),
     }
@@ -47,6 +48,16 @@ def test_report_joins_spark_progress_with_what_the_sink_saw():
     assert r.lag == {"a": {"0": 5, "1": 0}} and r.total_lag == 5
     assert (r.state_size_bytes, r.state_rows) == (1024, 5)
     assert r.start_offsets == {"a": {"0": 3, "1": 0}} and r.end_offsets == {"a": {"0": 10, "1": 2}}
+
+
+def test_a_topic_read_by_two_branches_counts_its_records_once():
+    p = progress(3, 10, {"a": {"0": 0}}, {"a": {"0": 5}}, {"a": {"0": 5}})
+    p["sources"].append(dict(p["sources"][0]))  # a self-join: the same scan twice, Spark says 10
+    other = {"description": "KafkaV2[Assign[b-0]]", "numInputRows": 2,
+             "startOffset": json.dumps({"b": {"0": 0}}), "endOffset": json.dumps({"b": {"0": 2}})}
+    p["sources"].append(other)
+    p["sources"][0]["numInputRows"] = p["sources"][1]["numInputRows"] = 5
+    assert report_from(p, None).rows_in == 7
 
 
 def test_first_batch_has_no_start_and_lag_never_goes_negative():

@@ -264,9 +264,11 @@ class Pipeline:
                     f"cache: {dj['cache_sizes']['left']} left / {dj['cache_sizes']['right']} right join keys (LRU)")
                 out.append(cache)
         elif n.kind == "window":
-            out.append(f"window: {d['window']}   watermark of: {', '.join(d['watermark_of'])}")
+            clock = "clock: processing time" if d.get("proctime") else f"watermark of: {', '.join(d['watermark_of'])}"
+            out.append(f"window: {d['window']}   {clock}")
         elif n.kind == "window_aggregate":
-            out.append(f"group by: {', '.join(d['group_by'])}   emits when the watermark passes window_end")
+            clock = "processing time reaches" if d.get("proctime") else "watermark passes"
+            out.append(f"group by: {', '.join(d['group_by'])}   emits when the {clock} window_end")
             out.append(f"aggregates: {', '.join(d['aggregates'])}")
         elif n.kind == "over_aggregate":
             out.append(f"partition by: {', '.join(d['partition_by']) or '(none: one partition)'}   order by: {d['order_by']}   "

@@ -125,7 +125,7 @@ class ReplayHost:
                     f"input '{name}'",
                     f"the pipeline reads no table of that name (it reads: {', '.join(sorted(sources)) or 'nothing'})",
                 )
-        ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=Counter(),
+        ctx = BatchContext(batch_id=self.batch_id, now_ms=now_ms, metrics=Counter(), end_of_input=self.watermarks.ended,
                            previous_watermarks=self.watermarks.current(), watermarks=self.watermarks.current())
         outputs: dict[int, list[Change]] = {}
         sink_changes: dict[str, list[Change]] = {}
@@ -161,7 +161,8 @@ class ReplayHost:
 
     def finish(self, now_ms: int | None = None) -> list[Change]:
         """End of input: one last batch without records at watermark ``END_OF_INPUT``, as
-        Flink ends a bounded source, so every window still open fires."""
+        Flink ends a bounded source, so every event-time window still open fires
+        (processing-time windows do not: ``BatchContext.end_of_input``)."""
         self.watermarks.ended = True
         return self.run_batch({}, now_ms)
 

@@ -58,6 +58,9 @@ class BatchContext:
     #: yet, is absent
     watermarks: dict[str, int] = field(default_factory=dict)
     previous_watermarks: dict[str, int] = field(default_factory=dict)
+    #: the last batch of a bounded input (``ReplayHost.finish``): processing-time windows do
+    #: not fire in it, as Flink ends such a job without firing them
+    end_of_input: bool = False
 
 
 @runtime_checkable

@@ -212,7 +212,8 @@ class PipelineJob:
         #: a keyed stage with timers makes Spark run a batch at every trigger, data or not,
         #: so Trigger.AvailableNow never ends by itself (see ``_idle``)
         self.has_timers = any(
-            n.stage is not None and hasattr(n.stage, "process_key") and has_timers(n.stage)
+            n.stage is not None and (hasattr(n.stage, "process_key") or hasattr(n.stage, "batch_kernel"))
+            and has_timers(n.stage)
             for n in pipeline.nodes
         )
 

@@ -395,7 +395,7 @@ class _BucketRunner:
             state = state_codec.decode_state(self.stage, stored)
         except TidemarkError as err:
             raise StageFailure(err) from None
-        old_wakeup = _next_wakeup(state)
+        old_wakeup = _next_wakeup(self.driven, state)
         ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
         if watermarks is not None:
             ctx.previous_watermarks, ctx.watermarks = watermarks
@@ -405,11 +405,15 @@ class _BucketRunner:
         emitted = run_stateless(self.then, out)  # stateless stages fused into this pass (see run_keyed_stage)
         new_stored = state_codec.encode_state(self.stage, state)
         rows = blob_rows(emitted, self.schema, self.downstream, self.buckets)
-        return _Result(new_stored, rows, old_wakeup, _next_wakeup(state))
+        return _Result(new_stored, rows, old_wakeup, _next_wakeup(self.driven, state))
 
 
-def _next_wakeup(state: Any) -> int | None:
-    """The bucket's timer (``Bucket.next_wakeup``; a typed state without one has none)."""
+def _next_wakeup(driven: Any, state: Any) -> int | None:
+    """The bucket's timer: ``Bucket.next_wakeup``, or a batch kernel's ``next_wakeup(state)``
+    for a typed state (none when the kernel has no timers)."""
+    of_kernel = getattr(getattr(driven, "kernel", None), "next_wakeup", None)
+    if of_kernel is not None:
+        return of_kernel(state)
     wakeup = getattr(state, "next_wakeup", None)
     return wakeup() if wakeup is not None else None
 

@@ -164,6 +164,17 @@ def ran_a_batch(progress: Any) -> bool:
     return "addBatch" in duration
 
 
+def records_read(sources: Any) -> int:
+    """The batch's source records, each counted once. A topic that several branches of the
+    query read (a self-join, a statement set) is one Spark source per branch, each with the
+    same offsets and its own ``numInputRows``; Spark's total counts it once per branch."""
+    seen: dict[tuple, int] = {}
+    for src in sources:
+        key = (_get(src, "description"), _get(src, "startOffset"), _get(src, "endOffset"))
+        seen[key] = int(_get(src, "numInputRows", 0) or 0)
+    return sum(seen.values())
+
+
 def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
     """Join Spark's progress of one batch with what the sink recorded for it."""
     sources = _get(progress, "sources", None) or []
@@ -179,7 +190,7 @@ def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
     counters = dict(sink.counters) if sink else {}
     return BatchReport(
         batch_id=int(_get(progress, "batchId")),
-        rows_in=int(_get(progress, "numInputRows", 0) or 0),
+        rows_in=records_read(sources),
         rows_out=sink.rows_out if sink else 0,
         dlq=sink.dlq if sink else 0,
         conflicts=sum(v for k, v in counters.items() if k.endswith(".conflicts_dropped")),

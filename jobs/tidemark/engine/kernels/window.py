@@ -18,7 +18,7 @@ import polars as pl
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import INSERT, Change
 from tidemark.engine.errors import TidemarkError
-from tidemark.engine.event_time import epoch_ms, watermark_of
+from tidemark.engine.event_time import epoch_ms, from_epoch_ms, watermark_of
 from tidemark.engine.kernels.frame_state import FrameState
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import AggCall, SumAcc
@@ -57,7 +57,15 @@ class WindowAggregateKernel(FrameState):
         stage = self.stage
         before = watermark_of(ctx.previous_watermarks, stage.sources)
         after = watermark_of(ctx.watermarks, stage.sources)
-        partials = self._partials(inputs[0].changes(), before, ctx)
+        return self._advance(inputs[0].changes(), state, before, after, ctx)
+
+    def _advance(
+        self, changes: list[Change], state: pl.DataFrame | None, before: int | None, after: int | None,
+        ctx: BatchContext,
+    ) -> tuple[pl.DataFrame | None, ChangeBatch]:
+        """Aggregate ``changes`` (those of windows closed at ``before`` dropped as late) into
+        ``state``, then fire every window closed at ``after``."""
+        partials = self._partials(changes, before, ctx)
         if partials is not None:
             state = partials if state is None else self._merge(pl.concat([state, partials], how="diagonal_relaxed"))
         if state is None or after is None:
@@ -133,6 +141,31 @@ class WindowAggregateKernel(FrameState):
             p = tuple(columns[c][r] for c in pos)
             out.append(Change(INSERT, tuple(values), tuple(v for v in p if v is not None)))
         return out
+
+
+class ProctimeWindowKernel(WindowAggregateKernel):
+    """The kernel of a ``ProctimeWindowAggregate`` (``tidemark.engine.stages.proctime_window``):
+    the batch's rows go to the tumbling window holding ``ctx.now_ms``, and the clock that
+    fires windows is ``now_ms`` instead of a watermark (no record is ever late)."""
+
+    state_kind = "proctime-window-aggregate"
+
+    def process_batch(
+        self, inputs: Sequence[ChangeBatch], state: pl.DataFrame | None, ctx: BatchContext
+    ) -> tuple[pl.DataFrame | None, ChangeBatch]:
+        if ctx.end_of_input:
+            return state, ChangeBatch(changes=[])
+        stage = self.stage
+        start = ctx.now_ms - ctx.now_ms % stage.size_ms
+        bounds = {stage.window_start_index: from_epoch_ms(start),
+                  stage.window_end_index: from_epoch_ms(start + stage.size_ms)}
+        changes = [Change(c.kind, tuple(bounds.get(i, v) for i, v in enumerate(c.row)), c.pos)
+                   for c in inputs[0].changes()]
+        return self._advance(changes, state, None, ctx.now_ms, ctx)
+
+    def next_wakeup(self, state: pl.DataFrame | None) -> int | None:
+        """When the earliest open window of ``state`` fires (a host's timer for the bucket)."""
+        return None if state is None else int(state[_END].min()) - 1
 
 
 def _by_position(frame: pl.DataFrame, pos: list[str]) -> pl.DataFrame:

@@ -11,6 +11,8 @@ the legacy ``GROUP BY TUMBLE(ts, ...)`` group windows are refused by name.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from tidemark.engine.catalog import TableDef
@@ -19,7 +21,7 @@ from tidemark.engine.expressions import col_index, col_ref
 from tidemark.engine.intervals import interval_ms
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.scope import Scope
-from tidemark.engine.sql import Script, WindowCall, describe, sql_error
+from tidemark.engine.sql import Script, WindowCall, describe, is_proctime_call, sql_error
 from tidemark.engine.types import make_type
 
 WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
@@ -91,18 +93,23 @@ class WindowPlanner(PlanGraph):
                 + (" (a window offset is not supported)" if len(args) > 2 + sizes else ""),
                 call,
             )
-        inner = Scope()
-        input_id = super().relation(args[0], inner)  # type: ignore[misc]
         descriptor = args[1]
         if not (isinstance(descriptor, exp.Anonymous) and descriptor.name.upper() == "DESCRIPTOR"
                 and len(descriptor.expressions) == 1 and isinstance(descriptor.expressions[0], exp.Column)):
             raise sql_error(f"{kind}: the second argument must be DESCRIPTOR(time column), not {describe(descriptor)}", descriptor)
-        time_index = inner.resolve(descriptor.expressions[0])
         lengths = [interval_ms(a, f"{kind} window") for a in args[2:]]
         size, step = lengths[-1], lengths[0]
         if step <= 0 or size % step:
             raise sql_error(f"{kind}: the window size must be a positive multiple of the {'slide' if kind == 'HOP' else 'step'}", call)
-        node = self._window_node(WindowSpec(kind, size, step), input_id, time_index, call, descriptor)
+        spec = WindowSpec(kind, size, step)
+        inner = Scope()
+        proctime_input = self._proctime_input(args[0], descriptor.expressions[0], inner)
+        if proctime_input is not None:
+            node = self._proctime_window_node(spec, proctime_input, call)
+        else:
+            input_id = super().relation(args[0], inner)  # type: ignore[misc]
+            time_index = inner.resolve(descriptor.expressions[0])
+            node = self._window_node(spec, input_id, time_index, call, descriptor)
         alias = item.alias or (args[0].alias_or_name if isinstance(args[0], exp.Table) else "")
         scope.add(alias, node.columns, node.types, item)
         return node.id
@@ -131,6 +138,52 @@ class WindowPlanner(PlanGraph):
             stage=WindowAssign(spec, time_index, name=name),
             detail={"window": f"{kind}({inp.columns[time_index]}, {shape})",
                     "watermark_of": sorted(self.event_time_sources(input_id))},
+        )  # fmt: skip
+        self._window_calls[node.id] = call
+        return node
+
+    def _proctime_input(self, table_arg: exp.Expr, column: exp.Column, scope: Scope) -> int | None:
+        """``TABLE t`` whose processing-time attribute the descriptor names: a table's
+        ``name AS PROCTIME()``, or a view's or CTE's ``PROCTIME() AS name`` item (the view
+        is planned without it: a processing-time attribute is no column). Its columns are
+        added to ``scope``; None for any other table argument."""
+        if not isinstance(table_arg, exp.Table) or column.table:
+            return None
+        named = self.named_query(table_arg.name)  # type: ignore[attr-defined]
+        if named is None:
+            table = self.script.table(table_arg.name)
+            declared = self.script.proctime.get(table.name) if table is not None else None
+            if declared is None or declared.lower() != column.name.lower():
+                return None
+            node_id, name = self.source(table), table.name
+        else:
+            if named.columns is not None or not isinstance(named.query, exp.Select):
+                return None
+            items = [e for e in named.query.expressions if isinstance(e, exp.Alias) and is_proctime_call(e.this)]
+            if not items or items[-1].alias.lower() != column.name.lower():
+                return None
+            query = named.query.copy()
+            query.set("expressions", [e for e in query.expressions if e.alias_or_name != items[-1].alias_or_name
+                                      or not is_proctime_call(e.unalias())])
+            node_id, name = self.plan_named(replace(named, query=query), table_arg), named.name  # type: ignore[attr-defined]
+        n = self.node(node_id)
+        scope.add(table_arg.alias or name, n.columns, n.types, table_arg)
+        return node_id
+
+    def _proctime_window_node(self, spec, input_id: int, call: WindowCall):  # noqa: ANN001, ANN202
+        """The window over ``input_id``'s rows by the processing time of their batch
+        (``tidemark.engine.stages.proctime_window``): tumbling windows only."""
+        from tidemark.engine.stages.proctime_window import ProctimeWindow
+
+        if spec.kind != "TUMBLE":
+            raise sql_error(f"{spec.kind} windows on processing time are not supported (TUMBLE is)", call)
+        inp = self.node(input_id)
+        name = self._stage_name("window")
+        node = self._add(
+            "window", name, [input_id], inp.columns + list(WINDOW_COLUMNS), inp.types + [_TIMESTAMP] * 3,
+            upsert_keys=frozenset(), changelog_mode=inp.changelog_mode,
+            stage=ProctimeWindow(spec, name=name),
+            detail={"window": f"TUMBLE(PROCTIME(), size {spec.size_ms} ms)", "watermark_of": [], "proctime": True},
         )  # fmt: skip
         self._window_calls[node.id] = call
         return node
@@ -199,6 +252,7 @@ class WindowPlanner(PlanGraph):
         return rewritten, node.id
 
     def _make_window_aggregate(self, agg, window_id: int, sel: exp.Select) -> None:  # noqa: ANN001
+        from tidemark.engine.stages.proctime_window import ProctimeWindowAggregate
         from tidemark.engine.stages.window_aggregate import WindowAggregate
 
         window = self.node(window_id)
@@ -224,18 +278,30 @@ class WindowPlanner(PlanGraph):
             )
         bounds = tuple(agg.stage.group_by[positions.index(p)] for p in (start, end))
         try:
-            agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
-                                        session=window.stage.spec.kind == "SESSION", name=agg.name)
+            if window.detail.get("proctime"):
+                agg.stage = ProctimeWindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.stage.spec.size_ms,
+                                                    name=agg.name)
+            else:
+                agg.stage = WindowAggregate(agg.stage.group_by, agg.stage.aggs, bounds, window.detail["watermark_of"],
+                                            session=window.stage.spec.kind == "SESSION", name=agg.name)
         except PlanError as e:  # an aggregate function windows do not compute: at the SELECT
             raise sql_error(str(e), sel) from None
         agg.kind = "window_aggregate"
         agg.changelog_mode = "append"
         agg.detail["window"] = window.detail["window"]
+        if window.detail.get("proctime"):
+            agg.detail["proctime"] = True
 
     def finish(self, ins, body: int) -> None:  # noqa: ANN001
         """A window table function must feed a window operator: a window aggregate, a window
         Top-N or a window join (``planner.window_ops``)."""
         for window_id, call in self._window_calls.items():
+            if self.node(window_id).detail.get("proctime") and not self._feeds_window_aggregate(window_id, ("window_aggregate",)):
+                raise sql_error(
+                    f"{call.function}(...) on processing time is only supported under GROUP BY window_start, "
+                    "window_end (a window aggregate); window Top-N and window joins need event time",
+                    call,
+                )
             if not self._feeds_window_aggregate(window_id):
                 raise sql_error(
                     f"{call.function}(...) is only supported under GROUP BY window_start, window_end (a window "
@@ -246,8 +312,8 @@ class WindowPlanner(PlanGraph):
                 )
         super().finish(ins, body)  # type: ignore[misc]
 
-    def _feeds_window_aggregate(self, node_id: int) -> bool:
+    def _feeds_window_aggregate(self, node_id: int, operators: tuple[str, ...] = WINDOW_OPERATORS) -> bool:
         consumers = [n for n in self.nodes if node_id in n.inputs]
         return bool(consumers) and all(
-            n.kind in WINDOW_OPERATORS or (n.kind == "calc" and self._feeds_window_aggregate(n.id)) for n in consumers
+            n.kind in operators or (n.kind == "calc" and self._feeds_window_aggregate(n.id, operators)) for n in consumers
         )
