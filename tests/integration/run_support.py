@@ -11,7 +11,9 @@ partition, offset)``. Any difference in the sink table is then the Spark hosting
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,8 +27,10 @@ from tidemark.engine.changelog import Change
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.replay import ReplayHost, apply_to_table
 from tidemark.formats import decoder_for
+from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.read import Record, read_topic
 from tidemark.kafka.transactional import BATCH_HEADER, read_exactly_once
+from tidemark.spark.job import run_pipeline
 from tidemark.spark.progress import BatchReport
 from tidemark.spark.query import decode_batch, source_tables
 
@@ -217,3 +221,26 @@ def replay_reference(bootstrap: str, pipeline: Pipeline, reports: Sequence[Batch
     for batch in replay_batches(bootstrap, pipeline, reports):
         host.run_batch(batch)
     return host
+
+
+class PartRunner:
+    """Runs a pipeline part by part on one checkpoint, as a job restarted between parts:
+    each part's records go to their tables' topics (2 partitions, records alternating
+    between them, so two tasks read every batch) and the job drains them in about three
+    micro-batches (``run_pipeline``, ``until_idle``)."""
+
+    def __init__(self, spark: Any, bootstrap: str, pipeline: Pipeline, checkpoint: str, name: str) -> None:
+        self.spark, self.bootstrap, self.pipeline = spark, bootstrap, pipeline
+        self.checkpoint, self.name = checkpoint, name
+        self._spread = itertools.cycle([0, 1])
+        for table in pipeline.sources.values():
+            ensure_topics(bootstrap, {topic_of(table): 2})
+
+    def run(self, part: Mapping[str, Sequence[dict]]) -> Any:
+        """Produce ``part`` (table -> ``{"kind", "row"}`` records) and drain it; the job's result."""
+        for name, recs in part.items():
+            table = self.pipeline.sources[name]
+            produce(self.bootstrap, topic_of(table), encode_source(table, recs), partition_of=lambda _k: next(self._spread))
+        largest = max((len(recs) for recs in part.values()), default=0)
+        return run_pipeline(self.spark, self.pipeline, self.bootstrap, self.checkpoint, name=self.name,
+                            max_records_per_trigger=math.ceil(largest / 3) or 1)

@@ -10,17 +10,13 @@ is dropped and counted only if the restarted job still knows the watermark in st
 
 from __future__ import annotations
 
-import itertools
-import math
 import sys
 from pathlib import Path
 
 import pytest
-from run_support import encode_source, produce, replay_reference, sink_table, topic_of, unique_topics
+from run_support import PartRunner, replay_reference, sink_table, unique_topics
 
 from tidemark.engine.pipeline import compile_sql
-from tidemark.kafka.admin import ensure_topics
-from tidemark.spark.job import run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 from generate import over_workload  # noqa: E402
@@ -40,20 +36,11 @@ def test_over_aggregate_on_spark_gives_replays_table_across_a_restart(spark, kaf
     w = over_workload(11, window)
     sql, _ = unique_topics(w.sql, f"over-{window}")
     pipeline = compile_sql(sql)
-    table = pipeline.sources["bids"]
-    topic = topic_of(table)
     records = [r for batch in w.inputs["bids"] for r in batch]
     half = len(records) // 2
-    ensure_topics(kafka_bootstrap, {topic: 2})
-    spread = itertools.cycle([0, 1])  # both partitions: two tasks send ticks in each batch
-
-    def run(part: list[dict]):  # noqa: ANN202
-        produce(kafka_bootstrap, topic, encode_source(table, part), partition_of=lambda _k: next(spread))
-        return run_pipeline(spark, pipeline, kafka_bootstrap, str(tmp_path / "checkpoint"), name=f"over-{window}",
-                            max_records_per_trigger=math.ceil(len(part) / 3))
-
-    first = run(records[:half])
-    second = run([_late(records[:half]), *records[half:]])
+    parts = PartRunner(spark, kafka_bootstrap, pipeline, str(tmp_path / "checkpoint"), f"over-{window}")
+    first = parts.run({"bids": records[:half]})
+    second = parts.run({"bids": [_late(records[:half]), *records[half:]]})
     reports = first.reports + second.reports
     assert len(first.reports) >= 2 and len(second.reports) >= 2, "several micro-batches on each side of the restart"
     assert sum(r.rows_in for r in reports) == len(records) + 1

@@ -10,17 +10,13 @@ restarted job knows only from state; the late bid is dropped and counted likewis
 
 from __future__ import annotations
 
-import itertools
-import math
 import sys
 from pathlib import Path
 
 import pytest
-from run_support import encode_source, produce, replay_reference, sink_table, topic_of, unique_topics
+from run_support import PartRunner, replay_reference, sink_table, unique_topics
 
 from tidemark.engine.pipeline import compile_sql
-from tidemark.kafka.admin import ensure_topics
-from tidemark.spark.job import run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 from generate import window_op_workload  # noqa: E402
@@ -35,23 +31,13 @@ def test_window_operator_on_spark_gives_replays_table_across_a_restart(spark, ka
     pipeline = compile_sql(sql)
     kind = "window_join" if shape.startswith("join") else "window_rank"
     stage = next(n.name for n in pipeline.nodes if n.kind == kind)
-    spread = itertools.cycle([0, 1])  # both partitions: two tasks send ticks in each batch
     records = {t: [r for batch in w.inputs[t] for r in batch] for t in w.inputs}
-    for t in records:
-        ensure_topics(kafka_bootstrap, {topic_of(pipeline.sources[t]): 2})
-
-    def run(part: dict[str, list[dict]]):  # noqa: ANN202
-        for t, recs in part.items():
-            produce(kafka_bootstrap, topic_of(pipeline.sources[t]), encode_source(pipeline.sources[t], recs),
-                    partition_of=lambda _k: next(spread))
-        return run_pipeline(spark, pipeline, kafka_bootstrap, str(tmp_path / "checkpoint"), name=f"wop-{shape}",
-                            max_records_per_trigger=math.ceil(max(len(r) for r in part.values()) / 3))
-
-    first = run({t: r[: len(r) // 2] for t, r in records.items()})
+    parts = PartRunner(spark, kafka_bootstrap, pipeline, str(tmp_path / "checkpoint"), f"wop-{shape}")
+    first = parts.run({t: r[: len(r) // 2] for t, r in records.items()})
     bids = records["bids"][: len(records["bids"]) // 2]
     earliest = min(bids, key=lambda r: r["row"]["ts"])["row"]
     late = {"kind": "+I", "row": {**earliest, "ts": "2023-11-14 00:00:00.000"}}  # before every window of the data
-    second = run({t: ([late] if t == "bids" else []) + r[len(r) // 2:] for t, r in records.items()})
+    second = parts.run({t: ([late] if t == "bids" else []) + r[len(r) // 2:] for t, r in records.items()})
     reports = first.reports + second.reports
     assert len(first.reports) >= 2 and len(second.reports) >= 2, "several micro-batches on each side of the restart"
 

@@ -18,8 +18,6 @@ can make late.
 
 from __future__ import annotations
 
-import itertools
-import math
 import sys
 from collections import Counter
 from datetime import datetime, timedelta
@@ -27,20 +25,16 @@ from pathlib import Path
 
 import pytest
 from run_support import (
-    encode_source,
-    produce,
+    PartRunner,
     replay_batches,
     sink_changes,
     sink_records,
-    topic_of,
     unique_topics,
 )
 
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
-from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.transactional import BATCH_HEADER
-from tidemark.spark.job import run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 from generate import window_workload  # noqa: E402
@@ -69,21 +63,12 @@ def test_window_aggregate_on_spark_gives_replays_batches_across_restarts(spark, 
     w = window_workload(11, window, n_events=80)
     sql, _ = unique_topics(w.sql, f"win-{window}")
     pipeline = compile_sql(sql)
-    table = pipeline.sources["bids"]
-    topic = topic_of(table)
     records = [r for batch in w.inputs["bids"] for r in batch]
     half = len(records) // 2
-    ensure_topics(kafka_bootstrap, {topic: 2})
-    spread = itertools.cycle([0, 1])  # both partitions: two tasks send ticks in each batch
-
-    def run(part: list[dict]):  # noqa: ANN202
-        produce(kafka_bootstrap, topic, encode_source(table, part), partition_of=lambda _k: next(spread))
-        return run_pipeline(spark, pipeline, kafka_bootstrap, str(tmp_path / "checkpoint"), name=f"win-{window}",
-                            max_records_per_trigger=math.ceil(len(part) / 3))
-
-    first = run(records[:half])
-    second = run([_late(records[:half]), *records[half:]])
-    third = run(_closing(records))
+    parts = PartRunner(spark, kafka_bootstrap, pipeline, str(tmp_path / "checkpoint"), f"win-{window}")
+    first = parts.run({"bids": records[:half]})
+    second = parts.run({"bids": [_late(records[:half]), *records[half:]]})
+    third = parts.run({"bids": _closing(records)})
     reports = first.reports + second.reports + third.reports
     assert len(first.reports) >= 2 and len(second.reports) >= 2, "several micro-batches on each side of a restart"
     assert sum(r.rows_in for r in reports) == len(records) + 3
