@@ -138,7 +138,7 @@ def run_tidemark(wl: Any, variant: str, bootstrap: str, workdir: Path, args: arg
     res = tidemark_runner.run_workload(
         name=wl.name, variant=variant, sql=wl.tidemark_variants[variant], files=wl.tables,
         input_rows=wl.input_rows, bootstrap=bootstrap, workdir=workdir, session=session,
-        max_records_per_trigger=cap, progress=lambda t: say(f"    {t}"),
+        max_records_per_trigger=cap, progress=lambda t: say(f"    {t}"), partitions=wl.source_partitions,
     )
     out = res.figures()
     out["startup_s"] = session.startup_s
@@ -725,7 +725,7 @@ def render(results: dict[str, Any]) -> str:
           if results.get("overlap") else []),
         "How it is measured. Each workload is generated once (seeded) and both systems read the same "
         "records: Flink 2.3 from the files (filesystem connector, parallelism 2, RocksDB, `flink_runner.py`), "
-        "Tidemark from Kafka topics of the embedded broker, produced before timing (2 partitions per table), "
+        "Tidemark from Kafka topics of the embedded broker, produced before timing (2 partitions per table; 1 for the Nexmark queries, whose results depend on the events' order), "
         "run as `tidemark run --until-idle` runs it (`PipelineJob` on `local[*]`, RocksDB state store, "
         + (f"at most input / {results['batches']} records per micro-batch, so a running job drains it in about "
            f"{results['batches']} batches). " if results.get("batches", 1) > 1 else "no per-batch cap). ") + ("One warm Flink mini-cluster and one warm Spark session per workload" if results.get("sessions") != "suite"

@@ -258,10 +258,11 @@ def run_workload(
     timeout_s: float = 1800.0,
     progress: Any = None,
     session: TidemarkSession | None = None,
+    partitions: int = SOURCE_PARTITIONS,
 ) -> TidemarkRun:
     """Produce ``files`` into fresh topics, run ``sql`` with ``tidemark run --until-idle``
     (or in ``session``, warm) and measure it (see the module docstring). ``progress(text)``
-    gets a line per batch."""
+    gets a line per batch; ``partitions``: of each source topic."""
     tag = re.sub(r"[^a-z0-9]+", "-", f"{name}-{variant}".lower()).strip("-")
     workdir.mkdir(parents=True, exist_ok=True)
     sql, _ = unique_topics(sql, tag)  # runs share one broker, never a topic
@@ -270,7 +271,7 @@ def run_workload(
     sql_file.write_text(sql, encoding="utf-8")
     phases: dict[str, float] = {}
     t = time.monotonic()
-    produce_files(bootstrap, pipeline, files)
+    produce_files(bootstrap, pipeline, files, partitions)
     phases["produce_s"] = time.monotonic() - t
     t = time.monotonic()
 

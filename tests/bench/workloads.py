@@ -96,6 +96,8 @@ class Workload:
     select: str  # the INSERT's query + ON CONFLICT clause, shared by both systems
     specs: dict[str, TableSpec] = field(repr=False)
     params: dict[str, Any] = field(default_factory=dict)
+    #: partitions of each source topic on Tidemark's side (Flink reads each file in order)
+    source_partitions: int = 2
 
     @property
     def tidemark_sql(self) -> str:
