@@ -112,15 +112,19 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
         return getattr(obj, name, default)
 
 
+def parse_offset(value: Any) -> Any:
+    """A progress's offset as parsed JSON (None: none, or not JSON)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
 def _offsets(value: Any) -> Offsets:
     """A source offset from a progress (JSON text or a dict) as topic -> partition -> int."""
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
+    value = parse_offset(value)
     if not isinstance(value, Mapping):
         return {}
     out: Offsets = {}
@@ -167,11 +171,14 @@ def ran_a_batch(progress: Any) -> bool:
 def records_read(sources: Any) -> int:
     """The batch's source records, each counted once. A topic that several branches of the
     query read (a self-join, a statement set) is one Spark source per branch, each with the
-    same offsets and its own ``numInputRows``; Spark's total counts it once per branch."""
+    same offsets and its own ``numInputRows``; Spark's total counts it once per branch. The
+    end row of a bounded source (``tidemark.spark.source.end_rows``) is no record."""
+    from tidemark.spark.source import end_rows
+
     seen: dict[tuple, int] = {}
     for src in sources:
         key = (_get(src, "description"), _get(src, "startOffset"), _get(src, "endOffset"))
-        seen[key] = int(_get(src, "numInputRows", 0) or 0)
+        seen[key] = int(_get(src, "numInputRows", 0) or 0) - end_rows(parse_offset(key[1]), parse_offset(key[2]))
     return sum(seen.values())
 
 

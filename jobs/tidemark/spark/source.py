@@ -179,17 +179,18 @@ def capped(end: Offsets, cap: Offsets | None) -> Offsets:
     return {t: {p: min(o, cap.get(t, {}).get(p, o)) for p, o in parts.items()} for t, parts in end.items()}
 
 
-def open_bounded_sources(end_offsets: list[Any]) -> int:
-    """How many of a query's source end offsets (a progress's ``endOffset`` values, JSON
-    text or dicts) belong to a bounded source that has not ended yet."""
-    import json
+def end_rows(start: Any, end: Any) -> int:
+    """How many end rows (one per topic) the batch from offset ``start`` to ``end`` reads:
+    the batch that ends a bounded source (``SourceEnd``); 0 for any other."""
+    if not isinstance(end, dict) or not has_ended(end) or (isinstance(start, dict) and has_ended(start)):
+        return 0
+    return len(topic_offsets(end))
 
-    count = 0
-    for value in end_offsets:
-        offset = json.loads(value) if isinstance(value, str) else value
-        if isinstance(offset, dict) and STOP_KEY in offset and not has_ended(offset):
-            count += 1
-    return count
+
+def open_bounded_sources(end_offsets: list[Any]) -> int:
+    """How many of a query's source end offsets (parsed JSON, as a progress reports them)
+    belong to a bounded source that has not ended yet."""
+    return sum(1 for o in end_offsets if isinstance(o, dict) and STOP_KEY in o and not has_ended(o))
 
 
 class KafkaRange(InputPartition):

@@ -1,0 +1,87 @@
+"""A bounded source on the Spark job (``'scan.bounded.mode' = 'latest-offset'``): the windows
+still open at the end of the topic fire, as ``tidemark replay`` fires them at the end of its
+input, and only then.
+
+The same bids (two partitions, several micro-batches) run through a TUMBLE window aggregate
+twice: bounded, every window fires, the last ones in one more batch that reads no record
+(replay's ``finish``), batch for batch what replay gives; unbounded, the windows the
+watermark has not passed stay open. The bounded job is then restarted on its checkpoint
+with more bids in the topic: it reads none of them (they came after the offsets it stopped
+at) and fires nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+import pytest
+from run_support import PartRunner, replay_batches, sink_changes, sink_records, unique_topics
+
+from tidemark.engine.pipeline import compile_sql
+from tidemark.engine.replay import ReplayHost
+from tidemark.kafka.transactional import BATCH_HEADER
+
+pytestmark = pytest.mark.integration
+
+SQL = """
+CREATE TABLE bids (item BIGINT, price BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)
+  WITH ('topic' = 'bids', 'format' = 'json'{bounded});
+CREATE TABLE out (item BIGINT, window_start TIMESTAMP(3), bids BIGINT, top BIGINT)
+  WITH ('topic' = 'out', 'format' = 'changelog-json');
+INSERT INTO out SELECT item, window_start, COUNT(*), MAX(price)
+FROM TABLE(TUMBLE(TABLE bids, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY item, window_start, window_end;
+"""
+START = datetime(2026, 11, 24, 10, 0, 0)
+#: bids from 0 to 29 s, a little out of order: the last watermark is 27 s, so the windows
+#: [20 s, 30 s) are still open at the end of the topic
+BIDS = [{"kind": "+I", "row": {"item": i % 3, "price": i, "ts": str(START + timedelta(milliseconds=1000 * i - 700 * (i % 2)))}}
+        for i in range(30)]
+
+
+def _batches(pipeline, bootstrap: str, result) -> dict[int, Counter]:
+    got: dict[int, Counter] = {r.batch_id: Counter() for r in result.reports}
+    for rec in sink_records(bootstrap, pipeline, result.sink_writer_id):
+        got.setdefault(int(rec.header(BATCH_HEADER)), Counter()).update((c.kind, c.row) for c in sink_changes(pipeline, [rec]))
+    return got
+
+
+def _job(spark, bootstrap: str, tmp_path, bounded: bool) -> tuple:
+    option = ", 'scan.bounded.mode' = 'latest-offset'" if bounded else ""
+    sql, _ = unique_topics(SQL.format(bounded=option), "bounded" if bounded else "unbounded")
+    pipeline = compile_sql(sql)
+    return pipeline, PartRunner(spark, bootstrap, pipeline, str(tmp_path / "checkpoint"), "bounded-windows")
+
+
+def test_a_bounded_source_fires_the_open_windows_at_its_end_as_replay_does_and_only_once(spark, kafka_bootstrap, tmp_path):
+    pipeline, parts = _job(spark, kafka_bootstrap, tmp_path, bounded=True)
+    first = parts.run({"bids": BIDS})
+    assert len(first.reports) >= 3 and sum(r.rows_in for r in first.reports) == len(BIDS)
+    assert first.reports[-1].rows_in == 0, "the batch that ends the source reads no record"
+
+    host = ReplayHost(pipeline, clock=lambda: 0)
+    inputs = replay_batches(kafka_bootstrap, pipeline, first.reports)
+    expected = {r.batch_id: Counter((c.kind, c.row) for c in host.run_batch(b))
+                for r, b in zip(first.reports[:-1], inputs[:-1])}
+    expected[first.reports[-1].batch_id] = Counter((c.kind, c.row) for c in host.finish())
+    assert _batches(pipeline, kafka_bootstrap, first) == expected
+    last = expected[first.reports[-1].batch_id]
+    assert {row[1] for _, row in last} == {START + timedelta(seconds=20)} and last.total() == 3, \
+        "the end fires the three items' windows [20 s, 30 s)"
+
+    # restarted after the end, with bids past its stop in the topic: nothing read, nothing fired
+    later = [{"kind": "+I", "row": {"item": 0, "price": 1, "ts": str(START + timedelta(seconds=s))}} for s in (5, 25, 60)]
+    again = parts.run({"bids": later})
+    assert sum(r.rows_in for r in again.reports) == 0 and sum(r.rows_out for r in again.reports) == 0
+    assert sum(c.total() for c in _batches(pipeline, kafka_bootstrap, again).values()) == sum(
+        c.total() for c in expected.values()), "the sink holds every window once"
+
+
+def test_an_unbounded_source_leaves_the_windows_its_watermark_has_not_passed_open(spark, kafka_bootstrap, tmp_path):
+    pipeline, parts = _job(spark, kafka_bootstrap, tmp_path, bounded=False)
+    result = parts.run({"bids": BIDS})
+    fired = Counter()
+    for c in _batches(pipeline, kafka_bootstrap, result).values():
+        fired.update(c)
+    assert sorted({row[1] for _, row in fired}) == [START, START + timedelta(seconds=10)]
+    assert fired.total() == 6
