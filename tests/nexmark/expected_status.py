@@ -58,7 +58,6 @@ TODAY_DIALECT: dict[str, str] = {
 
 #: Flink's bounded run fires every window still open at the end of its input; a Tidemark job
 #: on Kafka topics has no end of input, so those windows wait for a later event time
-_SPARK_OPEN_WINDOWS = "differs: the windows still open at the end of the topics do not fire"
 #: the adapted queries on the Spark job host (``test_nexmark_spark.py``): "equal", "not
 #: planned: <the planner's message>" as in ``STATUS``, "not run: <the host's message>" for a
 #: pipeline the host refuses before its job starts, "differs: <why>" for a job whose final
@@ -67,9 +66,7 @@ _SPARK_OPEN_WINDOWS = "differs: the windows still open at the end of the topics 
 #: "not compared: <why>" leaves a query off this board
 SPARK_STATUS: dict[str, str] = {
     **{f"q{n}": "equal" for n in range(24)},
-    "q5": _SPARK_OPEN_WINDOWS,
     "q6": STATUS["q6"],
-    "q11": _SPARK_OPEN_WINDOWS,
     "q12": "not compared: Flink gives no reference (NO_ORACLE), and on Spark processing time is the wall "
            "clock; tests/integration/test_spark_proctime_window.py runs its shape on Spark",
 }
