@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,44 @@ def run_spark(spark: Any, bootstrap: str, query: str, sql: str, data: harness.Da
         assert read.get(topic) == len(records[n]), f"{query}: {n} read to offset {read.get(topic)} of {len(records[n])}"
     batches = sum(1 for r in result.reports if r.rows_in)
     return _final_table(bootstrap, pipeline, result.sink_writer_id), batches
+
+
+def run_spark_streaming(spark: Any, bootstrap: str, query: str, sql: str, data: harness.Data, workdir: Path,
+                        window_ms: int, timeout_s: float = 240) -> list[tuple]:
+    """The sink's changes (rows) of a job that runs as a streaming job does (unbounded
+    sources, a micro-batch every 200 ms): stopped once it has read every event and the
+    wall clock has passed the end of the processing-time window (``window_ms`` long) its
+    last records went to, with a margin for the batch its timer fires in."""
+    from run_support import sink_changes as changes_of
+    from tidemark.spark.job import PipelineJob
+
+    sql, _ = unique_topics(sql, f"nx-{query}")
+    pipeline = compile_sql(sql)
+    records = source_records(pipeline, data)
+    for table in pipeline.sources.values():
+        ensure_topics(bootstrap, {topic_of(table): 1})
+    _produce(bootstrap, pipeline, records, list(records))
+    total = sum(len(r) for r in records.values())
+    job = PipelineJob(spark, pipeline, bootstrap, str(workdir / "checkpoint"), name=f"nexmark-{query}",
+                      max_records_per_trigger=math.ceil(total / data.n_batches), trigger_interval="200 milliseconds")
+    deadline = time.monotonic() + timeout_s
+    try:
+        job.start()
+        while sum(r.rows_in for r in job.reports) < total:
+            assert time.monotonic() < deadline, f"{query}: the job did not read every event in {timeout_s:.0f} s"
+            time.sleep(0.2)
+            job.poll()
+        now_ms = time.time_ns() // 1_000_000
+        time.sleep((window_ms - now_ms % window_ms) / 1000)
+        # two batches more: the second started after the window's end, and its timer fired
+        seen = len(job.poll()) + len(job.reports)
+        while len(job.reports) < seen + 2:
+            assert time.monotonic() < deadline, f"{query}: no batch ran after the last window's end"
+            time.sleep(0.2)
+            job.poll()
+    finally:
+        job.close()
+    return [c.row for c in changes_of(pipeline, sink_records(bootstrap, pipeline, job.result().sink_writer_id))]
 
 
 def _produce(bootstrap: str, pipeline: Pipeline, records: dict[str, list[dict]], names: list[str]) -> None:
