@@ -85,3 +85,15 @@ def test_an_unbounded_source_leaves_the_windows_its_watermark_has_not_passed_ope
         fired.update(c)
     assert sorted({row[1] for _, row in fired}) == [START, START + timedelta(seconds=10)]
     assert fired.total() == 6
+
+
+@pytest.mark.parametrize("mode", ["timestamp", "latest"])
+def test_tidemark_run_refuses_a_bounded_mode_it_does_not_implement_in_one_line_with_status_2(tmp_path, mode):
+    from test_run_cli import tidemark_run
+
+    (tmp_path / "bad.sql").write_text(SQL.format(bounded=f", 'scan.bounded.mode' = '{mode}'"))
+    proc = tidemark_run(["bad.sql", "--bootstrap-servers", "127.0.0.1:1", "--until-idle"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: bad.sql: table 'bids': option 'scan.bounded.mode': ")
+    assert f"'{mode}'" in proc.stderr and "latest-offset" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
