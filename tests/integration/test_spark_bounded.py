@@ -7,11 +7,14 @@ twice: bounded, every window fires, the last ones in one more batch that reads n
 (replay's ``finish``), batch for batch what replay gives; unbounded, the windows the
 watermark has not passed stay open. The bounded job is then restarted on its checkpoint
 with more bids in the topic: it reads none of them (they came after the offsets it stopped
-at) and fires nothing twice.
+at) and fires nothing twice. A job kept running by processing-time timers stops under
+``until_idle`` only after the batch that ends its bounded source; ``tidemark run`` refuses
+the bounded modes it does not implement.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import datetime, timedelta
 
@@ -21,6 +24,7 @@ from run_support import PartRunner, replay_batches, sink_changes, sink_records, 
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.kafka.transactional import BATCH_HEADER
+from tidemark.spark.source import ENDED_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +101,26 @@ def test_tidemark_run_refuses_a_bounded_mode_it_does_not_implement_in_one_line_w
     assert proc.stderr.startswith("error: bad.sql: table 'bids': option 'scan.bounded.mode': ")
     assert f"'{mode}'" in proc.stderr and "latest-offset" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+PROCTIME_SQL = """
+CREATE TABLE bid (auction BIGINT, bidder BIGINT) WITH ('topic' = 'bid', 'format' = 'json', 'scan.bounded.mode' = 'latest-offset');
+CREATE TABLE per_bidder (bidder BIGINT, n BIGINT, starttime TIMESTAMP(3)) WITH ('topic' = 'per_bidder', 'format' = 'changelog-json');
+CREATE VIEW B AS SELECT *, PROCTIME() AS p_time FROM bid;
+INSERT INTO per_bidder SELECT bidder, COUNT(*), window_start
+FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '1' HOUR)) GROUP BY bidder, window_start, window_end;
+"""
+
+
+def test_until_idle_waits_for_the_end_of_a_bounded_source_also_with_timers(spark, kafka_bootstrap, tmp_path):
+    """A processing-time window keeps the query running by itself (its timers), so
+    ``--until-idle`` stops it, and not before the batch that ends the bounded source."""
+    sql, _ = unique_topics(PROCTIME_SQL, "bounded-timers")
+    pipeline = compile_sql(sql)
+    parts = PartRunner(spark, kafka_bootstrap, pipeline, str(tmp_path / "checkpoint"), "bounded-timers")
+    result = parts.run({"bid": [{"kind": "+I", "row": {"auction": i, "bidder": i % 2}} for i in range(9)]})
+    assert sum(r.rows_in for r in result.reports) == 9
+    last = max(r.batch_id for r in result.reports)
+    logged = (tmp_path / "checkpoint" / "offsets" / str(last)).read_text(encoding="utf-8").splitlines()
+    assert json.loads(logged[-1])[ENDED_KEY] is True, f"the last batch did not end the source: {logged[-1]}"
+    assert sum(r.rows_out for r in result.reports) == 0, "the hour-long windows never fire at the end"
