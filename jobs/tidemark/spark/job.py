@@ -204,6 +204,8 @@ class PipelineJob:
         #: the index service of the pipeline's delta joins (embedded unless ``index_url``)
         self.index = JobIndex(pipeline, bootstrap, index_url, index_token) if delta_joins(pipeline) else None
         self.reports: list[BatchReport] = []
+        #: per topic, the query's scans of it (``progress.records_read``)
+        self.scans: Counter = Counter()
         self._sink_batches: dict[int, SinkBatch] = {}
         self._counters_seen: Counter = Counter()
         self._last_reported = -1
@@ -307,10 +309,12 @@ class PipelineJob:
         self._until_idle = until_idle
         self.ensure_topics()
         target = self.index.start() if self.index is not None else None
+        self.scans.clear()
         frame = build_query_frame(
             self.spark, self.pipeline, self.bootstrap, metrics=self.metrics, dead_letters=self.dead_letters,
             max_records_per_trigger=self.max_records_per_trigger, registry_url=self.registry_url,
             source_options=self.source_options, index=target, state_buckets=self.state_buckets,
+            scans=self.scans,
         )
         writer = (
             frame.writeStream.queryName(_query_name(self.name))
@@ -341,7 +345,7 @@ class PipelineJob:
                     continue
                 sink = self._sink_batches.pop(batch_id)
                 self._last_reported = batch_id
-            report = report_from(progress, sink)
+            report = report_from(progress, sink, self.scans)
             if self.index is not None:  # committed: its fences will not be asked for again
                 self.index.release(report.end_offsets)
             self.reports.append(report)

@@ -168,22 +168,28 @@ def ran_a_batch(progress: Any) -> bool:
     return "addBatch" in duration
 
 
-def records_read(sources: Any) -> int:
+def records_read(sources: Any, scans: Mapping[str, int] | None = None) -> int:
     """The batch's source records, each counted once. A topic that several branches of the
     query read (a self-join, a statement set) is one Spark source per branch, each with the
-    same offsets and its own ``numInputRows``; Spark's total counts it once per branch. The
-    end row of a bounded source (``tidemark.spark.source.end_rows``) is no record."""
+    same offsets and its own ``numInputRows``; Spark's total counts it once per branch. And
+    one source that several consumers read is scanned once per consumer, each scan adding
+    its records to the source's ``numInputRows``: ``scans`` is how many scans read each
+    topic (``query.build_query_frame``). The end row of a bounded source
+    (``tidemark.spark.source.end_rows``), read once per scan too, is no record."""
     from tidemark.spark.source import end_rows
 
     seen: dict[tuple, int] = {}
     for src in sources:
-        key = (_get(src, "description"), _get(src, "startOffset"), _get(src, "endOffset"))
-        seen[key] = int(_get(src, "numInputRows", 0) or 0) - end_rows(parse_offset(key[1]), parse_offset(key[2]))
+        start, end = _get(src, "startOffset"), _get(src, "endOffset")
+        key = (_get(src, "description"), start, end)
+        n = max([(scans or {}).get(topic, 1) for topic in _offsets(end)], default=1)
+        seen[key] = int(_get(src, "numInputRows", 0) or 0) // n - end_rows(parse_offset(start), parse_offset(end))
     return sum(seen.values())
 
 
-def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
-    """Join Spark's progress of one batch with what the sink recorded for it."""
+def report_from(progress: Any, sink: SinkBatch | None, scans: Mapping[str, int] | None = None) -> BatchReport:
+    """Join Spark's progress of one batch with what the sink recorded for it (``scans``:
+    ``records_read``)."""
     sources = _get(progress, "sources", None) or []
     start: Offsets = {}
     end: Offsets = {}
@@ -197,7 +203,7 @@ def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
     counters = dict(sink.counters) if sink else {}
     return BatchReport(
         batch_id=int(_get(progress, "batchId")),
-        rows_in=records_read(sources),
+        rows_in=records_read(sources, scans),
         rows_out=sink.rows_out if sink else 0,
         dlq=sink.dlq if sink else 0,
         conflicts=sum(v for k, v in counters.items() if k.endswith(".conflicts_dropped")),

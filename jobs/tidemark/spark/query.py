@@ -36,6 +36,7 @@ Why this shape (each point measured or forced by Spark):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -313,12 +314,16 @@ def build_query_frame(
     source_options: dict[str, str] | None = None,
     index: Any = None,
     state_buckets: int = DEFAULT_STATE_BUCKETS,
+    scans: Counter | None = None,
 ) -> DataFrame:
     """The streaming frame of the changes the sink receives (``BLOB_SCHEMA``; a statement
     set's sinks' frames in one, each blob tagged with its sink in ``SINK_COLUMN``); bad
     records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
     records per micro-batch. ``index`` (``tidemark.spark.delta.IndexTarget``): delta joins
-    run stateless against that index service (``tidemark.spark.delta``)."""
+    run stateless against that index service (``tidemark.spark.delta``). ``scans`` counts,
+    per topic, the frames that read it: a source with several consumers is scanned once per
+    consumer, and Spark's ``numInputRows`` counts its records once per scan
+    (``progress.records_read``)."""
     check_event_time(pipeline)
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     outputs: dict[int, _Output] = {}
@@ -334,6 +339,8 @@ def build_query_frame(
 
             def build_source(target: Target, pending: list, out_schema: Any, raw: Any = raw,
                              src: SourceTable = src) -> DataFrame:
+                if scans is not None:
+                    scans[src.topic] += 1
                 return decode_pass(raw, src, pending, target, dead_letters, out_schema, state_buckets)
 
             outputs[node.id] = _Output(build_source, [], schema)
