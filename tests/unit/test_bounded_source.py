@@ -171,6 +171,8 @@ def test_the_end_row_is_no_record_in_the_batch_report():
     end = {**start, ENDED_KEY: True}
     sources = [{"description": "k", "startOffset": json.dumps(start), "endOffset": json.dumps(end), "numInputRows": 1}]
     assert records_read(sources) == 0
+    twice = [{**sources[0], "numInputRows": 2}]  # two stages read the source: two scans, an end row each
+    assert records_read(twice, {"t": 2}) == 0
     again = [{**sources[0], "startOffset": json.dumps(end), "numInputRows": 0}]  # after the end: nothing to take off
     assert records_read(again) == 0
     data = [{"description": "k", "startOffset": json.dumps({"t": {"0": 2}}), "endOffset": json.dumps(start), "numInputRows": 7}]
