@@ -48,6 +48,11 @@ REGISTRY_OPTIONS = (
 STARTUP_MODES = ("earliest-offset", "latest-offset", "timestamp")
 #: Flink startup modes Tidemark refuses (it keeps no consumer group offsets of its own)
 UNSUPPORTED_STARTUP_MODES = ("group-offsets", "specific-offsets")
+#: Flink's ``scan.bounded.mode``: ``latest-offset`` stops a source at the offsets that were
+#: latest when the pipeline started, and its watermark then becomes the end of input
+BOUNDED_MODES = ("unbounded", "latest-offset")
+#: Flink bounded modes Tidemark refuses
+UNSUPPORTED_BOUNDED_MODES = ("group-offsets", "timestamp", "specific-offsets")
 
 TABLE_OPTIONS: tuple[Option, ...] = (
     Option("connector", "kafka", "where the table lives: a Kafka topic ('upsert-kafka' implies an upsert format)",
@@ -63,6 +68,9 @@ TABLE_OPTIONS: tuple[Option, ...] = (
            STARTUP_MODES),
     Option("scan.startup.timestamp-millis", None,
            "with 'scan.startup.mode' = 'timestamp': the first record read is the first at or after it"),
+    Option("scan.bounded.mode", "unbounded",
+           "where a source ends: never, or at the offsets latest when the pipeline started (then every "
+           "event-time window still open fires)", BOUNDED_MODES),
 )
 #: option families: (prefix, suffix) -> meaning; the middle part is free
 TABLE_OPTION_PATTERNS: dict[tuple[str, str], str] = {
@@ -136,6 +144,11 @@ def _check_value(what: str, option: Option, value: str) -> str | None:
             f"{what}: '{value}' is not supported: Tidemark keeps its offsets in its checkpoint, not in a "
             f"consumer group (modes: {', '.join(STARTUP_MODES)})"
         )
+    if option.key == "scan.bounded.mode" and value.lower() in UNSUPPORTED_BOUNDED_MODES:
+        return (
+            f"{what}: '{value}' is not supported: a source ends only at the offsets latest when the "
+            f"pipeline started (modes: {', '.join(BOUNDED_MODES)})"
+        )
     choices = option.choices
     if choices and value.lower() not in (c.lower() for c in choices):
         return f"{what}: unknown value '{value}'{nearest(value, choices)} (expected one of {', '.join(choices)})"
@@ -188,7 +201,7 @@ def _encoding(fmt: str) -> str:
 
 
 #: options only a source reads, refused on the sink (they would be ignored there)
-SOURCE_ONLY = ("scan.startup.mode", "scan.startup.timestamp-millis")
+SOURCE_ONLY = ("scan.startup.mode", "scan.startup.timestamp-millis", "scan.bounded.mode")
 
 
 def misplaced(table: str, options: dict[str, str], role: str) -> str | None:

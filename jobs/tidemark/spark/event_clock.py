@@ -9,7 +9,9 @@ greatest watermark per table in a value state of its own (``MARKS_SCHEMA``, besi
 stage's state), so the batch's watermarks before its records are what is stored and after
 them the stored ones raised by the ticks: replay's ``previous_watermarks`` and
 ``watermarks`` (``tidemark.engine.event_time``), the same for every bucket since every
-bucket gets every tick.
+bucket gets every tick. At the end of a bounded source its tick carries ``END_OF_INPUT``
+(``tidemark.spark.source``, "Bounded"): the greatest value, so it is kept from then on, also
+across restarts, with no state of its own.
 """
 
 from __future__ import annotations

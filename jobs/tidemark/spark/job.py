@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
-from tidemark.spark.progress import BatchReport, SinkBatch, ran_a_batch, report_from
+from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
+from tidemark.spark.source import open_bounded_sources
 from tidemark.spark.query import SINK_COLUMN, DeadLetterAccumulator, build_query_frame, source_tables
 
 if TYPE_CHECKING:
@@ -361,8 +362,13 @@ class PipelineJob:
 
     def _idle(self) -> bool:
         """``until_idle`` for a query that never ends by itself (timers): idle once a
-        committed batch left nothing to read in any source partition."""
-        return self._until_idle and self.has_timers and bool(self.reports) and self.reports[-1].total_lag == 0
+        committed batch left nothing to read in any source partition, and every bounded
+        source has run the batch that ends it."""
+        if not (self._until_idle and self.has_timers and self.reports and self.reports[-1].total_lag == 0):
+            return False
+        progress = self.query.lastProgress if self.query is not None else None
+        ends = [parse_offset(s.get("endOffset")) for s in (progress or {}).get("sources", [])]
+        return open_bounded_sources(ends) == 0
 
     def _transient(self, exc: BaseException) -> bool:
         text = f"{exc} {getattr(exc, 'desc', '')}"

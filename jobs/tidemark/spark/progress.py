@@ -112,15 +112,19 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
         return getattr(obj, name, default)
 
 
+def parse_offset(value: Any) -> Any:
+    """A progress's offset as parsed JSON (None: none, or not JSON)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
 def _offsets(value: Any) -> Offsets:
     """A source offset from a progress (JSON text or a dict) as topic -> partition -> int."""
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
+    value = parse_offset(value)
     if not isinstance(value, Mapping):
         return {}
     out: Offsets = {}
@@ -170,13 +174,16 @@ def records_read(sources: Any, scans: Mapping[str, int] | None = None) -> int:
     same offsets and its own ``numInputRows``; Spark's total counts it once per branch. And
     one source that several consumers read is scanned once per consumer, each scan adding
     its records to the source's ``numInputRows``: ``scans`` is how many scans read each
-    topic (``query.build_query_frame``)."""
+    topic (``query.build_query_frame``). The end row of a bounded source
+    (``tidemark.spark.source.end_rows``), read once per scan too, is no record."""
+    from tidemark.spark.source import end_rows
+
     seen: dict[tuple, int] = {}
     for src in sources:
-        end = _get(src, "endOffset")
-        key = (_get(src, "description"), _get(src, "startOffset"), end)
+        start, end = _get(src, "startOffset"), _get(src, "endOffset")
+        key = (_get(src, "description"), start, end)
         n = max([(scans or {}).get(topic, 1) for topic in _offsets(end)], default=1)
-        seen[key] = int(_get(src, "numInputRows", 0) or 0) // n
+        seen[key] = int(_get(src, "numInputRows", 0) or 0) // n - end_rows(parse_offset(start), parse_offset(end))
     return sum(seen.values())
 
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
+from tidemark.engine.event_time import END_OF_INPUT
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import StatelessStage
 from tidemark.engine import batch_ipc
@@ -68,6 +69,7 @@ from tidemark.spark.source import (
     decode_records,
     read_stream,
     startup_options,
+    without_end_rows,
 )
 from tidemark.spark.sink import DEAD_LETTER_COLUMNS as LETTER_COLUMNS
 from tidemark.spark.watermark import check_supported as check_event_time
@@ -206,6 +208,9 @@ def decode_pass(
         parts: list[ChangeBatch] = []
         marks: dict[str, int] = {}  # the watermarks of this task's records (``watermark.observed``)
         for batch in batches:
+            batch, ended = without_end_rows(batch)
+            if ended:  # a bounded source's end (``tidemark.spark.source``)
+                marks[src.table.name] = END_OF_INPUT
             # without the timestamp column: a tz-aware datetime per record cost more than
             # the JSON decode; only a dead letter needs it (filled in below)
             columns = batch.drop_columns(["timestamp"]).to_pydict()

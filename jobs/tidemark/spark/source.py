@@ -21,6 +21,17 @@ How it stays exactly-once on the read side:
 - Rate limit: ``maxRecordsPerTrigger`` caps the offsets one micro-batch spans, split over
   partitions in proportion to their backlog, so a backlog becomes many bounded batches.
   ``Trigger.AvailableNow`` is supported (a fixed target, reached in rate-limited steps).
+- Bounded (``endingOffsets`` = ``latest``, a table's ``'scan.bounded.mode' =
+  'latest-offset'``): the source never reads past the offsets that were latest when the
+  query started, and once every partition is read up to them it ends with one more batch
+  that reads nothing but carries an end row (``END_PARTITION``), from which the decode
+  pass raises the table's watermark to ``END_OF_INPUT``: replay's ``finish``. Both the
+  stopping offsets and "ended" are part of the offset (``STOP_KEY``, ``ENDED_KEY`` beside
+  the topics), so they live in Spark's offset log: a restarted query stops where the first
+  start said and never ends twice. Why the driver decides the end rather than the tasks
+  that read the last records: only the driver sees every partition at once (a partition
+  that is empty, or ends on a transaction marker, has no last record to see), and an
+  offset that changes is what makes Spark plan the batch that fires the windows.
 
 Output columns: ``topic, partition, offset, timestamp, key, value`` (bytes); decoding is a
 later step so that an undecodable record can be routed to the dead-letter topic.
@@ -52,6 +63,14 @@ STALL_TIMEOUT_S = 120.0
 ARROW_BATCH_ROWS = 10_000
 
 Offsets = dict[str, dict[str, int]]
+#: a bounded source's offset keys beside its topics (never a topic name: Kafka allows only
+#: ``[a-zA-Z0-9._-]``): the stopping offsets as ``[[topic, partition, offset], ...]`` (a
+#: list, so readers of ``{topic: {partition: offset}}`` pass it by), and ``true`` once the
+#: source has ended
+STOP_KEY = "#stop"
+ENDED_KEY = "#ended"
+#: the ``partition`` (and ``offset``) of the one row the end batch reads per topic
+END_PARTITION = -1
 #: the reader's ``startingOffsets``; a table's ``scan.startup.mode`` maps onto them
 STARTING_OFFSETS = ("earliest", "latest", "timestamp")
 _STARTUP_MODES = {"earliest-offset": "earliest", "latest-offset": "latest", "timestamp": "timestamp"}
@@ -113,12 +132,82 @@ def plan_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
     }
 
 
+def topic_offsets(offset: dict[str, Any]) -> Offsets:
+    """An offset without a bounded source's keys: ``{topic: {partition: offset}}``."""
+    return {t: parts for t, parts in offset.items() if t not in (STOP_KEY, ENDED_KEY)}
+
+
+def stop_of(offset: dict[str, Any]) -> Offsets | None:
+    """The stopping offsets an offset carries (None: an unbounded source's offset)."""
+    rows = offset.get(STOP_KEY)
+    if rows is None:
+        return None
+    out: Offsets = {}
+    for topic, partition, off in rows:
+        out.setdefault(topic, {})[str(partition)] = int(off)
+    return out
+
+
+def has_ended(offset: dict[str, Any] | None) -> bool:
+    return bool(offset and offset.get(ENDED_KEY))
+
+
+def at_stop(end: Offsets, stop: Offsets, pos: Offsets) -> Offsets:
+    """``end`` with no partition past ``stop``, nor past ``pos`` (where the query is) for a
+    partition the stop does not list (created after it was taken)."""
+    return {
+        t: {p: min(o, max(stop.get(t, {}).get(p, 0), pos.get(t, {}).get(p, 0))) for p, o in parts.items()}
+        for t, parts in end.items()
+    }
+
+
+def bounded_offset(start: dict[str, Any], end: Offsets, stop: Offsets) -> dict[str, Any]:
+    """A bounded source's next offset: ``end`` (already ``at_stop``) with the stop, and
+    ended once ``start`` had every partition at its stop, so that the batch that ends the
+    source reads no record (replay's ``finish``)."""
+    pos = topic_offsets(start)
+    out: dict[str, Any] = {**end, STOP_KEY: [[t, int(p), o] for t in sorted(stop) for p, o in sorted(stop[t].items())]}
+    if has_ended(start) or all(pos.get(t, {}).get(p, 0) >= o for t, parts in stop.items() for p, o in parts.items()):
+        out[ENDED_KEY] = True
+    return out
+
+
+def capped(end: Offsets, cap: Offsets | None) -> Offsets:
+    """``end`` with no partition past ``cap`` (None: no cap)."""
+    if cap is None:
+        return end
+    return {t: {p: min(o, cap.get(t, {}).get(p, o)) for p, o in parts.items()} for t, parts in end.items()}
+
+
+def end_rows(start: Any, end: Any) -> int:
+    """How many end rows (one per topic) the batch from offset ``start`` to ``end`` reads:
+    the batch that ends a bounded source (``SourceEnd``); 0 for any other."""
+    if not isinstance(end, dict) or not has_ended(end) or (isinstance(start, dict) and has_ended(start)):
+        return 0
+    return len(topic_offsets(end))
+
+
+def open_bounded_sources(end_offsets: list[Any]) -> int:
+    """How many of a query's source end offsets (parsed JSON, as a progress reports them)
+    belong to a bounded source that has not ended yet."""
+    return sum(1 for o in end_offsets if isinstance(o, dict) and STOP_KEY in o and not has_ended(o))
+
+
 class KafkaRange(InputPartition):
     """One topic-partition's ``[start, end)`` of one micro-batch."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int):
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+class SourceEnd(InputPartition):
+    """The end of a bounded source: one row per topic, ``partition`` and ``offset``
+    ``END_PARTITION`` (no record has them), and nothing else to read."""
+
+    def __init__(self, topics: list[str]):
+        super().__init__(tuple(topics))
+        self.topics = topics
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -146,6 +235,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         self.starting_timestamp = int(stamp) if stamp is not None else None
         self.timeout_s = float(self.options.get("metadatatimeoutseconds", "30"))
+        ending = self.options.get("endingoffsets")
+        if ending not in (None, "latest"):
+            raise KafkaSourceError(f"endingOffsets must be 'latest' (or unset: unbounded), got {ending!r}")
+        self.bounded = ending == "latest"
+        self._stop: Offsets | None = None
         self._consumer = None
         self._target: Offsets | None = None
         self._last_end: Offsets | None = None
@@ -228,35 +322,44 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 records.close()
         return out
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        end = self._end(start)
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        pos = topic_offsets(start)
+        end = self._end(pos)
         self._last_end = end
-        if self._target is not None:  # Trigger.AvailableNow: never beyond the target
-            end = {t: {p: min(o, self._target.get(t, {}).get(p, o)) for p, o in parts.items()} for t, parts in end.items()}
+        end = capped(end, self._target)  # Trigger.AvailableNow: never beyond the target
         # a partition never goes backwards (e.g. start already past a reported end)
-        end = {t: {p: max(o, start.get(t, {}).get(p, 0)) for p, o in parts.items()} for t, parts in end.items()}
+        end = {t: {p: max(o, pos.get(t, {}).get(p, 0)) for p, o in parts.items()} for t, parts in end.items()}
+        if self.bounded:
+            # the stop is what was latest at the query's first planning (a checkpoint
+            # started unbounded takes it at this start)
+            self._stop = stop_of(start) or end
+            end = at_stop(end, self._stop, pos)
         if isinstance(limit, ReadMaxRows):
-            return plan_limit(start, end, limit.max_rows)
-        return end
+            end = plan_limit(pos, end, limit.max_rows)
+        return end if self._stop is None else bounded_offset(start, end, self._stop)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
     def reportLatestOffset(self) -> Offsets | None:
-        """The end seen by the last ``latestOffset`` (Spark reports lag with it)."""
-        return self._last_end
+        """The end seen by the last ``latestOffset``, a bounded source's capped at its stop
+        (Spark reports lag with it: a bounded source has none left at its stop)."""
+        return None if self._last_end is None else capped(self._last_end, self._stop)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._end(self._last_end)
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaRange]:
-        ranges = []
-        for topic in sorted(end):
-            for p in sorted(end[topic], key=int):
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        ranges: list[InputPartition] = []
+        offsets = topic_offsets(end)
+        for topic in sorted(offsets):
+            for p in sorted(offsets[topic], key=int):
                 lo = start.get(topic, {}).get(p, 0)
-                hi = end[topic][p]
+                hi = offsets[topic][p]
                 if hi > lo:
                     ranges.append(KafkaRange(topic, int(p), lo, hi))
+        if has_ended(end) and not has_ended(start):
+            ranges.append(SourceEnd(sorted(offsets)))
         return ranges
 
     def commit(self, end: Offsets) -> None:
@@ -284,6 +387,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ]
             return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
+        if isinstance(partition, SourceEnd):
+            n = len(partition.topics)
+            yield to_batch((partition.topics, [END_PARTITION] * n, [END_PARTITION] * n, [None] * n, [None] * n,
+                            [None] * n))
+            return
         columns: tuple[list, ...] = ([], [], [], [], [], [])
         for record in read_range(self.conf, partition.topic, partition.partition, partition.start, partition.end):
             for col, value in zip(columns, record):
@@ -371,7 +479,20 @@ def startup_options(table: TableDef) -> dict[str, str]:
     out = {"startingOffsets": _STARTUP_MODES[mode]}
     if mode == "timestamp":
         out["startingTimestamp"] = table.options["scan.startup.timestamp-millis"].strip()
+    if table.options.get("scan.bounded.mode", "unbounded").lower() == "latest-offset":
+        out["endingOffsets"] = "latest"
     return out
+
+
+def without_end_rows(batch: Any) -> tuple[Any, bool]:
+    """A raw Arrow batch without the end rows of a bounded source (``SourceEnd``), and
+    whether it had one: the decode pass then raises the table's watermark to the end."""
+    import pyarrow.compute as pc
+
+    ends = pc.equal(batch.column("partition"), END_PARTITION)
+    if not pc.any(ends).as_py():
+        return batch, False
+    return batch.filter(pc.invert(ends)), True
 
 
 def register(spark) -> None:

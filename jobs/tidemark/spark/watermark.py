@@ -25,6 +25,9 @@ Every bucket gets every tick, so all buckets agree; a bucket whose open windows 
 by the watermark fires them in that batch whether or not the batch brought it a record,
 and a bucket with nothing stored and no record only stores the watermark.
 
+A bounded source's end (``tidemark.spark.source``) reaches the buckets the same way: its
+last batch's decode pass sends ``END_OF_INPUT`` as the table's watermark.
+
 Refused before the job starts, naming the stage: an event-time stage whose input comes
 through another keyed stage (ticks travel only from the passes that read sources), and the
 window Top-N and window join, which only replay runs yet.
