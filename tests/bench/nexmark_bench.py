@@ -4,7 +4,9 @@ W1-W4, Tidemark on Spark vs Flink 2.3 on the same generated events.
 ``generate("NX-q4", scale, seed, out_dir)`` writes the seeded generator's events
 (``tests/nexmark/generator.py``, ``EVENTS_PER_SCALE`` per unit of scale, in order, no
 jitter) as one JSON file per source table and returns a ``workloads.Workload`` whose Tidemark
-SQL is the query as adapted (``tests/nexmark/queries``: Kafka topics) and whose Flink SQL is
+SQL is the query as adapted (``tests/nexmark/queries``: Kafka topics), its sources read bounded
+as the Spark test reads them (``spark_host.bounded``: the windows still open at the end fire,
+as Flink's at the end of its files), and whose Flink SQL is
 the same text with each source's ``WITH`` clause pointed at its file (filesystem connector,
 WATERMARK kept) and the sink's at the suite's measuring sink.
 
@@ -31,6 +33,7 @@ sys.path.insert(0, str(NEXMARK))
 import expected_status  # noqa: E402  (tests/nexmark modules, not a package)
 import generator  # noqa: E402
 import harness  # noqa: E402
+import spark_host  # noqa: E402
 import workloads  # noqa: E402
 
 # q14's UDF module is imported by Flink's and Spark's Python workers, which the suite starts
@@ -107,7 +110,7 @@ def generate(name: str, scale: float, seed: int, out_dir: Path) -> NexmarkWorklo
         name=name, tables=used, formats={t: pipeline.sources[t].format for t in used},
         input_rows=sum(len(rows[t]) for t in used), sink=sink.name, sink_columns=list(sink.column_names),
         sink_pk=list(sink.primary_key), expected=None, strategy=None,
-        tidemark_variants={"default": sql}, flink_variants={"default": {}}, select="", specs={},
+        tidemark_variants={"default": spark_host.bounded(sql, pipeline)}, flink_variants={"default": {}}, select="", specs={},
         params={"query": query, "events": n_events}, query_sql=sql, declared=files,
         # one partition per topic, as the Spark test has it: the order of the events is part of
         # the result (ties of a rank, the watermark), and Flink reads each file in order
