@@ -14,7 +14,7 @@ streaming query's progress reports are in it too, so one file holds both halves 
   ``latestOffset``, ``walCommit``, ``commitOffsets``, ``addBatch``) and the batch's wall
   time minus the union of its stages' intervals (``driver_ms``: planning, offsets, the WAL
   and commit logs, and the driver's part of ``foreachBatch``);
-- the executors' half, per stage: its wall time, its tasks' summed run, deserialize,
+- the executors' half, per stage: its wall time, its tasks' summed run, JVM CPU, deserialize,
   result serialization, GC, shuffle write and fetch wait times, scheduler delay (a task's
   duration not accounted for by the above, as Spark's UI computes it), the SQL metrics of
   the Python operators in it (``time to run Python workers``...) and of its stateful
@@ -55,7 +55,7 @@ SQL_TIMES = {
 #: the same for byte counts
 SQL_BYTES = {"python_bytes_sent": "data sent to Python workers", "python_bytes_returned": "data returned from Python workers"}
 #: the per-stage figures a batch and a run are summed over
-STAGE_SUMS = ("wall_ms", "tasks", "run_ms", "deserialize_ms", "result_ser_ms", "gc_ms", "shuffle_write_ms",
+STAGE_SUMS = ("wall_ms", "tasks", "run_ms", "jvm_cpu_ms", "deserialize_ms", "result_ser_ms", "gc_ms", "shuffle_write_ms",
               "fetch_wait_ms", "scheduler_delay_ms", *SQL_TIMES, *SQL_BYTES)
 
 
@@ -120,7 +120,7 @@ def _task_figures(task: dict[str, Any]) -> dict[str, float]:
     getting = (info["Finish Time"] - info["Getting Result Time"]) if info.get("Getting Result Time") else 0
     duration = info["Finish Time"] - info["Launch Time"]
     return {
-        "run_ms": run, "deserialize_ms": deser, "result_ser_ms": result_ser, "gc_ms": m.get("JVM GC Time", 0),
+        "run_ms": run, "jvm_cpu_ms": m.get("Executor CPU Time", 0) / 1e6, "deserialize_ms": deser, "result_ser_ms": result_ser, "gc_ms": m.get("JVM GC Time", 0),
         "shuffle_write_ms": (m.get("Shuffle Write Metrics") or {}).get("Shuffle Write Time", 0) / 1e6,
         "fetch_wait_ms": (m.get("Shuffle Read Metrics") or {}).get("Fetch Wait Time", 0),
         "scheduler_delay_ms": max(0, duration - run - deser - result_ser - getting),
@@ -229,7 +229,7 @@ def shares(batch_rows: pl.DataFrame) -> pl.DataFrame:
         stages_share=pl.col("stages_ms").sum() / total, driver_share=pl.col("driver_ms").sum() / total,
         planning_share=pl.col("queryPlanning_ms").sum() / total,
         offsets_wal_commit_share=(pl.col("latestOffset_ms") + pl.col("walCommit_ms") + pl.col("commitOffsets_ms")).sum() / total,
-        task_run_s=pl.col("run_ms").sum() / 1000, python_run_s=pl.col("python_run_ms").sum() / 1000,
+        task_run_s=pl.col("run_ms").sum() / 1000, jvm_cpu_s=pl.col("jvm_cpu_ms").sum() / 1000, python_run_s=pl.col("python_run_ms").sum() / 1000,
         state_commit_s=pl.col("state_commit_ms").sum() / 1000, rocksdb_sync_s=pl.col("rocksdb_sync_ms").sum() / 1000,
         scheduler_delay_s=pl.col("scheduler_delay_ms").sum() / 1000, deserialize_s=pl.col("deserialize_ms").sum() / 1000,
         gc_s=pl.col("gc_ms").sum() / 1000, shuffle_write_s=pl.col("shuffle_write_ms").sum() / 1000,
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     steady = rows.filter(pl.col("batch") >= args.skip)
     steady_stages = stages.filter(pl.col("batch") >= args.skip)
     cols = ["query", "batch", "rows_in", "batch_ms", "stages_ms", "driver_ms", *[f"{k}_ms" for k in PROGRESS_PHASES],
-            "stages", "run_ms", "python_run_ms", "state_commit_ms", "rocksdb_sync_ms", "scheduler_delay_ms",
+            "stages", "run_ms", "jvm_cpu_ms", "python_run_ms", "state_commit_ms", "rocksdb_sync_ms", "scheduler_delay_ms",
             "deserialize_ms", "gc_ms", "shuffle_write_ms", "fetch_wait_ms"]
     _show("per micro-batch (ms; task figures summed over tasks)", rows.select(cols))
     _show(f"per stage position, batches >= {args.skip} (ms, summed over those batches)",

@@ -22,6 +22,8 @@ def test_each_stage_is_named_by_the_operators_it_runs_and_summed_over_its_tasks(
     assert stages["tasks"].to_list() == [2, 2, 2, 2, 2]
     assert stages["wall_ms"].to_list() == [576, 358, 265, 301, 75]
     assert stages["run_ms"].to_list() == [1070, 616, 501, 549, 119]
+    # the JVM's own CPU in those tasks (nanoseconds in the log)
+    assert stages["jvm_cpu_ms"].round(1).to_list() == [72.2, 49.7, 49.3, 45.4, 6.9]
     # the last keyed stage and the sink's split are two Python operators in one stage: both count
     assert stages["python_run_ms"].to_list() == [1049, 443, 283, 273 + 510, 105]
     assert stages["state_commit_ms"].to_list() == [0, 137, 184, 203, 0]
