@@ -3,7 +3,7 @@
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/suite.py \\
         [--quick] [--scale 4] [--scales W3=2.1] [--batches 5] [--repeats 3] [--only W1,W3,nexmark] \\
         [--latency-rate 10000] [--latency-seconds 30] \\
-        [--out docs/benchmarks.md] [--json tests/bench/results.json]
+        [--out docs/benchmarks.md] [--json tests/bench/results.json] [--event-log DIR]
 
 (``make bench`` / ``make bench-quick``; the defaults of each are ``FULL`` / ``QUICK`` below.)
 
@@ -45,6 +45,10 @@ short-run flags (``QUICK_JAVA_OPTIONS``), with no warm-up job and no latency pha
 here under the same load: ~140 s one run at a time, 72-81 s with --overlap 1, 63-84 s with 3
 (4 or 7 no better: 2 cores); 2, since 3 concurrent queries once failed a batch on the CI box. Its throughput, memory and ratio figures are therefore not measurements, and its
 output says so; only ``make bench`` (one run at a time, alternating, medians) measures.
+
+``--event-log DIR`` turns on Spark's event log for the measured Spark session and keeps each
+query's progress per batch next to it; ``event_log.py`` shows where each micro-batch's
+seconds went (docs/benchmarks.md, "Outside the Python workers").
 
 Writes ``--json`` (every run, medians, ratios, targets, machine facts, load) and regenerates
 the section of ``--out`` between ``<!-- suite:begin -->`` and ``<!-- suite:end -->``
