@@ -3,7 +3,7 @@
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python tests/bench/suite.py \\
         [--quick] [--scale 4] [--scales W3=2.1] [--batches 5] [--repeats 3] [--only W1,W3,nexmark] \\
         [--latency-rate 10000] [--latency-seconds 30] \\
-        [--out docs/benchmarks.md] [--json tests/bench/results.json]
+        [--out docs/benchmarks.md] [--json tests/bench/results.json] [--event-log DIR]
 
 (``make bench`` / ``make bench-quick``; the defaults of each are ``FULL`` / ``QUICK`` below.)
 
@@ -46,6 +46,10 @@ here under the same load: ~140 s one run at a time, 72-81 s with --overlap 1, 63
 (4 or 7 no better: 2 cores); 2, since 3 concurrent queries once failed a batch on the CI box. Its throughput, memory and ratio figures are therefore not measurements, and its
 output says so; only ``make bench`` (one run at a time, alternating, medians) measures.
 
+``--event-log DIR`` turns on Spark's event log for the measured Spark session and keeps each
+query's progress per batch next to it; ``event_log.py`` shows where each micro-batch's
+seconds went (docs/benchmarks.md, "Outside the Python workers").
+
 Writes ``--json`` (every run, medians, ratios, targets, machine facts, load) and regenerates
 the section of ``--out`` between ``<!-- suite:begin -->`` and ``<!-- suite:end -->``
 (appended if missing); the rest of the file is left as it is. Progress goes to stderr.
@@ -75,6 +79,7 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import compare  # noqa: E402
+import event_log  # noqa: E402
 import flink_runner  # noqa: E402
 import nexmark_bench  # noqa: E402
 import sustained  # noqa: E402
@@ -233,6 +238,28 @@ def parse_caps(text: str, scale_of: Callable[[str], float]) -> dict[tuple[str, s
 
 
 # ---------------------------------------------------------------------------- the suite
+
+
+def enable_event_log(directory: Path) -> None:
+    """Spark's event log for the measured Spark session, in ``directory`` (``event_log.py``
+    reads it): set through ``$TIDEMARK_SPARK_CONF``, which the session's child process
+    inherits, over what that variable already says."""
+    from tidemark.spark.session import CONF_ENV, conf_from_env
+
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = {**conf_from_env(), "spark.eventLog.enabled": "true", "spark.eventLog.dir": directory.resolve().as_uri(),
+            "spark.eventLog.compress": "false"}
+    os.environ[CONF_ENV] = json.dumps(conf)
+
+
+def keep_progress(directory: Path) -> list[str]:
+    """Next to each event log in ``directory``, its streaming progress as JSON Lines
+    (``<log>.progress.jsonl``); returns the event logs' paths."""
+    logs = sorted(p for p in directory.iterdir() if not p.name.endswith(".progress.jsonl"))
+    for log in logs:
+        Path(f"{log}.progress.jsonl").write_text("".join(f"{line}\n" for line in event_log.progress_lines(log)),
+                                                encoding="utf-8")
+    return [str(log) for log in logs]
 
 
 def machine_facts() -> dict[str, Any]:
@@ -913,6 +940,9 @@ def main(argv: list[str] | None = None) -> int:
                          "up to N Tidemark runs at once in its session, both JVMs with short-run flags; every "
                          "table is still checked, but timings and memory are then not measurements "
                          f"(default {FULL['overlap']}: the measured method, one run at a time)")
+    ap.add_argument("--event-log", type=Path, default=None, metavar="DIR",
+                    help="write the Spark session's event log to DIR, and each query's progress per batch next to "
+                         "it (<log>.progress.jsonl); tests/bench/event_log.py reads it")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (inputs, checkpoints, logs)")
     args = ap.parse_args(argv)
@@ -934,6 +964,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from tidemark.kafka.broker import EmbeddedBroker, configured_bootstrap
 
+    if args.event_log:
+        enable_event_log(args.event_log)
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-suite-", dir=args.workdir))
     say(f"suite: scale {args.scale:g}, {args.repeats} repeat(s), work directory {work}")
     try:
@@ -948,6 +980,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"work directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+    if args.event_log:
+        results["event_logs"] = keep_progress(args.event_log)
+        say(f"Spark event log(s): {', '.join(results['event_logs'])} (tests/bench/event_log.py reads them)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=_json_default) + "\n", encoding="utf-8")

@@ -10,11 +10,11 @@ from tidemark.spark.session import CONF_ENV, SparkConfError, conf_from_env, sess
 POOL = "spark.python.factory.idleWorkerMaxPoolSize"
 
 
-def test_one_machine_keeps_as_many_idle_python_workers_per_pool_as_it_has_cores(monkeypatch):
+def test_one_machine_keeps_four_idle_python_workers_per_core(monkeypatch):
     monkeypatch.delenv(CONF_ENV, raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 6)
-    assert session_conf("local[*]", 2)[POOL] == "6"
-    assert session_conf("local[3]", 2)[POOL] == "3"
+    assert session_conf("local[*]", 2)[POOL] == "24"
+    assert session_conf("local[3]", 2)[POOL] == "12"
     assert POOL not in session_conf("spark://master:7077", 2)  # a cluster's executors size their own
 
 

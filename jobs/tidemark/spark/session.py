@@ -130,14 +130,20 @@ def _log_config(level: str) -> str:
     return path
 
 
+#: idle Python workers kept per core (``local_python_workers``)
+IDLE_PYTHON_WORKERS_PER_CORE = 4
+
+
 def local_python_workers(cores: int | None = None) -> dict[str, str]:
     """Python worker settings for one machine. Spark keeps every Python worker a task ever
-    used alive in its pool (one pool per kind of Python operator), and each holds its own
-    copy of pyarrow, pandas, polars and the stages (~190 MB resident): a W2 run ended with
-    six of them, more than its two cores ever ran at once. At most ``cores`` idle workers per
-    pool are kept (the ones the next batch reuses); docs/benchmarks.md, "Memory", has the
-    measurement."""
-    return {"spark.python.factory.idleWorkerMaxPoolSize": str(cores or os.cpu_count() or 1)}
+    used alive in its pool, and each holds its own copy of pyarrow, pandas, polars and the
+    stages, so an unbounded pool grows past what the cores ever run at once. Too small a
+    pool costs more than memory: a task chains up to two Python operators (the source reader
+    and the decode pass; a keyed stage and the sink's split), and a worker dropped after one
+    batch is started again for the next, which for the sink means a new Kafka producer before
+    its first record. ``IDLE_PYTHON_WORKERS_PER_CORE`` per core measured faster than one;
+    docs/benchmarks.md, "Memory" and "Outside the Python workers", has both measurements."""
+    return {"spark.python.factory.idleWorkerMaxPoolSize": str(IDLE_PYTHON_WORKERS_PER_CORE * (cores or os.cpu_count() or 1))}
 
 
 def session_conf(
