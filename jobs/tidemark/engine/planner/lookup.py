@@ -119,7 +119,7 @@ class LookupPlanner(PlanGraph):
     ) -> None:
         """``attr`` must be a processing-time attribute (module docstring)."""
         if isinstance(attr, exp.Column) and (
-            self._declared_proctime(attr, join) or self._computed_proctime(attr, scope, left_id)
+            self.declared_proctime(attr, join.parent, skip=join.this) or self._computed_proctime(attr, scope, left_id)
         ):
             return
         raise sql_error(
@@ -145,13 +145,13 @@ class LookupPlanner(PlanGraph):
         q.set("expressions", [e for e in q.expressions if not (isinstance(e, exp.Alias) and is_proctime_call(e.this))])
         return q
 
-    def _declared_proctime(self, attr: exp.Column, join: exp.Join) -> bool:
-        """A table's ``name AS PROCTIME()`` attribute, or a FROM subquery's ``PROCTIME() AS
-        name`` item, read through its name or alias in this FROM."""
-        sel = join.parent
+    def declared_proctime(self, attr: exp.Column, sel: exp.Select, skip: exp.Expr | None = None) -> bool:
+        """Whether ``attr`` is a table's ``name AS PROCTIME()`` attribute, or a FROM
+        subquery's ``PROCTIME() AS name`` item, read through its name or alias in the FROM of
+        ``sel`` (the relation ``skip`` aside: a lookup join's dimension table)."""
         items = [sel.args["from_"].this, *(j.this for j in sel.args.get("joins") or [])]
         for t in items:
-            if t is join.this:
+            if t is skip:
                 continue
             if isinstance(t, exp.Table):
                 table = self.script.table(t.name)

@@ -8,6 +8,15 @@ which the stage then applies itself. Whether that query reads ``rn`` decides whe
 outputs it (and the upsert keys, ``tidemark.engine.stages.rank``). A ROW_NUMBER that no
 enclosing query bounds is refused at the end of planning: numbering every row of a
 changelog is not something Flink runs either.
+
+``ORDER BY`` a processing-time attribute (a table's ``name AS PROCTIME()``, a FROM
+subquery's ``PROCTIME() AS name``) ranks by arrival, as Flink's ``Deduplicate`` (``rn = 1``)
+and its Top-N by processing time do: ascending keeps the rows that arrived first, descending
+the latest. The attribute is no column, so the stage gets no sort key, only the tie order of
+``tidemark.engine.stages.rank`` (source position). A changelog input is ranked as any other
+(every active row kept), which is what Flink 2.3 runs for it too. Keeping the first row of an
+append-only input never replaces it, so that output is append-only (Flink's
+``outputInsertOnly``).
 """
 
 from __future__ import annotations
@@ -84,18 +93,25 @@ class RankPlanner(PlanGraph):
             return projections.index(resolved)
 
         width = len(names)
+        by_arrival = self._arrival_order(window, sel)
         partition = [slot(p) for p in window.args.get("partition_by") or []]
-        sort = [SortKey(slot(o.this), bool(o.args.get("desc")), bool(o.args.get("nulls_first"))) for o in order.expressions]
+        sort = [] if by_arrival else [
+            SortKey(slot(o.this), bool(o.args.get("desc")), bool(o.args.get("nulls_first"))) for o in order.expressions
+        ]
         calc_id = self.calc(input_id, projections, predicate, unique_names(names), purpose="rank input")
         inp = self.node(calc_id)
         name = self._stage_name("rank")
-        stage = Rank(partition, sort, 1, _UNBOUNDED, inp.types, append_only=inp.changelog_mode == "append", name=name)
+        stage = Rank(partition, sort, 1, _UNBOUNDED, inp.types, append_only=inp.changelog_mode == "append", name=name,
+                     ties=by_arrival or "first")
+        order_by = [f"{inp.columns[k.column]}{' DESC' if k.descending else ''}" for k in sort] if not by_arrival else [
+            f"{order.expressions[0].this.name}{' DESC' if by_arrival == 'last' else ''} (processing time)"]
         node = self._add(
             "rank", name, [calc_id], [*inp.columns, rn_name], [*inp.types, make_type("BIGINT")],
             changelog_mode="retract", stage=stage,
-            detail={"partition_by": [inp.columns[i] for i in partition],
-                    "order_by": [f"{inp.columns[k.column]}{' DESC' if k.descending else ''}" for k in sort]},
+            detail={"partition_by": [inp.columns[i] for i in partition], "order_by": order_by},
         )  # fmt: skip
+        if by_arrival:
+            node.detail["by_arrival"] = by_arrival
         if len(sort) == 1 and sort[0].descending and self._is_event_time(calc_id, sort[0].column):
             node.detail["last_by_event_time"] = True
         self.open_ranks[node.id] = window
@@ -159,6 +175,28 @@ class RankPlanner(PlanGraph):
             rn = picks.index(rn)
         return node, rn, path
 
+    def _arrival_order(self, window: exp.Window, sel: exp.Select) -> str | None:
+        """``"first"`` or ``"last"`` when the window's only sort key is a processing-time
+        attribute of ``sel``'s FROM, ascending or descending (module docstring); None when it
+        names none. Such an attribute anywhere else in the window is refused: it is no column."""
+
+        def proctime(e: exp.Expr) -> exp.Column | None:
+            declared = self.declared_proctime  # type: ignore[attr-defined]  (LookupPlanner)
+            return next((c for c in e.walk() if isinstance(c, exp.Column) and declared(c, sel)), None)
+
+        for p in window.args.get("partition_by") or []:
+            if (attr := proctime(p)) is not None:
+                raise sql_error(f"ROW_NUMBER() OVER (PARTITION BY {describe(attr)}): a processing-time attribute "
+                                "cannot partition a rank; it may only be the one ORDER BY key", attr)  # fmt: skip
+        items = window.args["order"].expressions
+        timed = [(o, attr) for o in items if (attr := proctime(o.this)) is not None]
+        if not timed:
+            return None
+        if len(items) > 1 or timed[0][1] is not items[0].this:
+            raise sql_error(f"ROW_NUMBER() OVER (ORDER BY {describe(timed[0][0])}): a processing-time attribute must be "
+                            "the only ORDER BY key, as it is (keep the first or last rows by arrival)", timed[0][1])  # fmt: skip
+        return "last" if items[0].args.get("desc") else "first"
+
     def _is_event_time(self, node_id: int, column: int) -> bool:
         """Whether ``column`` of ``node_id`` is an event-time attribute (``OverPlanner``'s
         rule: a ``WATERMARK FOR`` column passed on unchanged)."""
@@ -197,12 +235,19 @@ class RankPlanner(PlanGraph):
         if stage.top1 and rank.detail.pop("last_by_event_time", False):
             stage.ties = "last"  # Flink plans a Deduplicate keeping the last row by event time
             rank.detail["deduplicate"] = "keep the last row by event time (an equal one replaces)"
+        by_arrival = rank.detail.pop("by_arrival", None)
+        if by_arrival is not None:
+            what = "row" if stage.top1 else f"rows ({start}..{end})"
+            rank.detail["deduplicate" if stage.top1 else "order"] = f"keep the {by_arrival} {what} by processing time (arrival)"
+        if by_arrival == "first" and stage.top1 and stage.append_only:
+            rank.changelog_mode = "append"  # the first row is never replaced (module docstring)
         rank.detail["range"] = f"{start}..{end}"
         rank.detail["row_number"] = "output" if output_rank else "not read (NULL)"
         rank.detail["input"] = "append-only: keeps the top rows" if stage.append_only else "changelog: keeps every active row"
         below = rank
         for calc in reversed(path):
             calc.upsert_keys = project_keys(below.upsert_keys, calc.stage.projections)
+            calc.changelog_mode = below.changelog_mode
             below = calc
 
 

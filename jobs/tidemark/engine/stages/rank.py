@@ -10,7 +10,9 @@ The order within a partition is the ORDER BY, then arrival: among rows with equa
 the one added first ranks first (Flink appends each row to the list of its sort key; a row
 updated to the same sort key goes to the end of that list). ``ties="last"`` reverses that
 for Flink's ``Deduplicate`` keeping the last row by event time (``ORDER BY rowtime DESC``,
-``rn = 1``), where a row with an equal event time replaces the current one. Arrival here is the source
+``rn = 1``), where a row with an equal event time replaces the current one. An empty ORDER BY
+ranks by arrival alone: ``ORDER BY`` a processing-time attribute, where the rows that arrive
+first are first (``ties="first"``, ascending) or last (``ties="last"``, descending). Arrival here is the source
 position, never the order inside a micro-batch. A retraction removes the oldest active copy
 of an identical row (Flink removes the first equal row of its list). NULLs sort as Flink
 sorts them: first ascending, last descending, unless the query says ``NULLS FIRST|LAST``.
@@ -71,8 +73,6 @@ class Rank:
         name: str = "rank",
         ties: str = "first",
     ) -> None:
-        if not order:
-            raise PlanError("ROW_NUMBER() OVER needs an ORDER BY")
         if not 1 <= start <= end:
             raise PlanError(f"rank range {start}..{end} is empty; ranks start at 1")
         self.partition = tuple(partition)
