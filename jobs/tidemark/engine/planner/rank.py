@@ -10,9 +10,11 @@ enclosing query bounds is refused at the end of planning: numbering every row of
 changelog is not something Flink runs either.
 
 ``ORDER BY`` a processing-time attribute (a table's ``name AS PROCTIME()``, a FROM
-subquery's ``PROCTIME() AS name``) ranks by arrival, as Flink's ``Deduplicate`` (``rn = 1``)
-and its Top-N by processing time do: ascending keeps the rows that arrived first, descending
-the latest. The attribute is no column, so the stage gets no sort key, only the tie order of
+subquery's ``PROCTIME() AS name``) ranks by arrival, as Flink 2.3 runs it: ascending keeps the
+rows that arrived first (a Deduplicate for ``rn = 1``, a Top-N otherwise); descending keeps the
+last row, and only as a Deduplicate (``rn = 1``, ``rn`` not read). Any other descending rank
+is refused: Flink plans a Top-N for it that keeps the first arrivals whatever the direction.
+The attribute is no column, so the stage gets no sort key, only the tie order of
 ``tidemark.engine.stages.rank`` (source position). A changelog input is ranked as any other
 (every active row kept), which is what Flink 2.3 runs for it too. Keeping the first row of an
 append-only input never replaces it, so that output is append-only (Flink's
@@ -143,6 +145,13 @@ class RankPlanner(PlanGraph):
         if start > end:
             raise sql_error(f"the filter on {scope.names[rn]} leaves no rank ({start}..{end})", window)
         reads_rn = any(col_index(n) == rn for c in rest for n in c.walk()) or self._reads_column(sel, scope, rn)
+        if rank.detail.get("by_arrival") == "last" and ((start, end) != (1, 1) or reads_rn):
+            raise sql_error(
+                f"{describe(window)}: descending processing time is supported only as a deduplication keeping the "
+                f"last row (rn = 1, {scope.names[rn]} not selected); for any other rank Flink 2.3 keeps the first "
+                "arrivals whatever the direction, so this is refused",
+                window,
+            )
         self._close(rank, path, start, end, reads_rn)
         return conjoin(rest)
 
