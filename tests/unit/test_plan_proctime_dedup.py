@@ -64,6 +64,14 @@ def test_top_n_by_processing_time_keeps_the_first_n_arrivals():
     assert host.rows() == [(1, 10), (1, 11)]
 
 
+def test_keep_last_may_select_the_row_number_which_is_1():
+    p = compile_sql(DDL + "INSERT INTO changes SELECT auction, rn FROM (SELECT *, ROW_NUMBER() OVER "
+                          "(PARTITION BY auction ORDER BY p DESC) AS rn FROM bid) WHERE rn = 1")
+    host = ReplayHost(p)
+    host.run_batch({"bid": [Change("+I", (1, 10), (1,)), Change("+I", (1, 11), (2,))]}, now_ms=0)
+    assert host.rows() == [(1, 1)]
+
+
 def test_replay_keep_first_over_several_batches_emits_each_partitions_first_row_once():
     host = ReplayHost(compile_sql(DDL + dedup("p")))
     out = host.run_batch({"bid": [Change("+I", (1, 30), (1,)), Change("+I", (2, 5), (2,)), Change("+I", (1, 10), (3,))]}, now_ms=0)
@@ -112,11 +120,11 @@ def test_processing_time_elsewhere_in_the_window_is_refused_by_name_and_place(or
     "query",
     [
         "INSERT INTO changes SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY p DESC) AS rn FROM bid) WHERE rn <= 2",
-        "INSERT INTO changes SELECT auction, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY p DESC) AS rn FROM bid) WHERE rn = 1",
+        "INSERT INTO changes SELECT auction, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY p DESC) AS rn FROM bid) WHERE rn BETWEEN 2 AND 3",
     ],
 )
 def test_descending_processing_time_is_only_a_deduplication(query):
-    # Flink 2.3 plans a Deduplicate only for rn = 1 without rn; its Top-N by processing time
+    # Flink 2.3 plans a Deduplicate only for rn = 1; its Top-N by processing time
     # otherwise keeps the first arrivals even for DESC: refused rather than answered differently
     with pytest.raises(SqlError) as info:
         compile_sql(DDL + query)
