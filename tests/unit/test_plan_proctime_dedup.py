@@ -121,11 +121,13 @@ def test_processing_time_elsewhere_in_the_window_is_refused_by_name_and_place(or
     [
         "INSERT INTO changes SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY p DESC) AS rn FROM bid) WHERE rn <= 2",
         "INSERT INTO changes SELECT auction, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY p DESC) AS rn FROM bid) WHERE rn BETWEEN 2 AND 3",
+        "INSERT INTO firsts SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY p DESC) AS rn FROM cdc) WHERE rn = 1",
     ],
 )
-def test_descending_processing_time_is_only_a_deduplication(query):
-    # Flink 2.3 plans a Deduplicate only for rn = 1; its Top-N by processing time
-    # otherwise keeps the first arrivals even for DESC: refused rather than answered differently
+def test_descending_processing_time_is_only_a_deduplication_of_an_insert_only_input(query):
+    # Flink 2.3 plans a Deduplicate only for rn = 1 over an insert-only input; its Top-N by
+    # processing time otherwise keeps the first arrivals even for DESC: refused rather than
+    # answered differently (tests/conformance/test_proctime_dedup_conformance.py)
     with pytest.raises(SqlError) as info:
         compile_sql(DDL + query)
     assert "descending processing time is supported only as a deduplication keeping the last row" in str(info.value)

@@ -12,11 +12,12 @@ changelog is not something Flink runs either.
 ``ORDER BY`` a processing-time attribute (a table's ``name AS PROCTIME()``, a FROM
 subquery's ``PROCTIME() AS name``) ranks by arrival, as Flink 2.3 runs it: ascending keeps the
 rows that arrived first (a Deduplicate for ``rn = 1``, a Top-N otherwise); descending keeps the
-last row, and only as a Deduplicate (``rn = 1``). Any other descending rank
-is refused: Flink plans a Top-N for it that keeps the first arrivals whatever the direction.
+last row, and only as a Deduplicate (``rn = 1``, insert-only input). Any other descending rank,
+over a changelog too, is refused: Flink plans a Top-N for it that keeps the first arrivals
+whatever the direction.
 The attribute is no column, so the stage gets no sort key, only the tie order of
 ``tidemark.engine.stages.rank`` (source position). A changelog input is ranked as any other
-(every active row kept), which is what Flink 2.3 runs for it too. Keeping the first row of an
+(every active row kept, the first arrival first), which is what Flink 2.3 runs for it too. Keeping the first row of an
 append-only input never replaces it, so that output is append-only (Flink's
 ``outputInsertOnly``).
 """
@@ -145,11 +146,11 @@ class RankPlanner(PlanGraph):
         if start > end:
             raise sql_error(f"the filter on {scope.names[rn]} leaves no rank ({start}..{end})", window)
         reads_rn = any(col_index(n) == rn for c in rest for n in c.walk()) or self._reads_column(sel, scope, rn)
-        if rank.detail.get("by_arrival") == "last" and (start, end) != (1, 1):
+        if rank.detail.get("by_arrival") == "last" and ((start, end) != (1, 1) or not rank.stage.append_only):
             raise sql_error(
                 f"{describe(window)}: descending processing time is supported only as a deduplication keeping the "
-                f"last row ({scope.names[rn]} = 1); for any other rank Flink 2.3 keeps the first arrivals whatever "
-                "the direction, so this is refused",
+                f"last row ({scope.names[rn]} = 1) of an insert-only input; for any other rank, and over a changelog, "
+                "Flink 2.3 keeps the first arrivals whatever the direction, so this is refused",
                 window,
             )
         self._close(rank, path, start, end, reads_rn)
