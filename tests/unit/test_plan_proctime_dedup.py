@@ -116,6 +116,16 @@ def test_processing_time_elsewhere_in_the_window_is_refused_by_name_and_place(or
     assert (info.value.line, info.value.col) == (7, col)
 
 
+def test_processing_time_over_a_join_is_refused():
+    # Flink 2.3 materializes p before the join (PROCTIME_MATERIALIZE) and ranks by its value
+    query = ("INSERT INTO firsts SELECT auction, price FROM (SELECT bid.*, ROW_NUMBER() OVER (PARTITION BY bid.auction "
+             "ORDER BY p) AS rn FROM bid JOIN plain ON bid.auction = plain.auction) WHERE rn = 1")
+    with pytest.raises(SqlError) as info:
+        compile_sql(DDL + query)
+    assert "ROW_NUMBER() OVER (ORDER BY p) over a join: Flink 2.3 turns the processing-time attribute" in str(info.value)
+    assert (info.value.line, info.value.col) == (7, query.index("ORDER BY p") + 10)
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -14,12 +14,12 @@ subquery's ``PROCTIME() AS name``) ranks by arrival, as Flink 2.3 runs it: ascen
 rows that arrived first (a Deduplicate for ``rn = 1``, a Top-N otherwise); descending keeps the
 last row, and only as a Deduplicate (``rn = 1``, insert-only input). Any other descending rank,
 over a changelog too, is refused: Flink plans a Top-N for it that keeps the first arrivals
-whatever the direction.
-The attribute is no column, so the stage gets no sort key, only the tie order of
-``tidemark.engine.stages.rank`` (source position). A changelog input is ranked as any other
-(every active row kept, the first arrival first), which is what Flink 2.3 runs for it too. Keeping the first row of an
-append-only input never replaces it, so that output is append-only (Flink's
-``outputInsertOnly``).
+whatever the direction. Over a join it is refused too: Flink ranks by the wall-clock time the
+attribute becomes there. The attribute is no column, so the stage gets no sort key, only the
+tie order of ``tidemark.engine.stages.rank`` (source position). A changelog input is ranked as
+any other (every active row kept, the first arrival first), which is what Flink 2.3 runs for it
+too. Keeping the first row of an append-only input never replaces it, so that output is
+append-only (Flink's ``outputInsertOnly``).
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class RankPlanner(PlanGraph):
         width = len(names)
         by_arrival = self._arrival_order(window, sel)
         partition = [slot(p) for p in window.args.get("partition_by") or []]
+        # a processing-time attribute is no column: ranked by arrival alone, with no sort key
         sort = [] if by_arrival else [
             SortKey(slot(o.this), bool(o.args.get("desc")), bool(o.args.get("nulls_first"))) for o in order.expressions
         ]
@@ -106,8 +107,9 @@ class RankPlanner(PlanGraph):
         name = self._stage_name("rank")
         stage = Rank(partition, sort, 1, _UNBOUNDED, inp.types, append_only=inp.changelog_mode == "append", name=name,
                      ties=by_arrival or "first")
-        order_by = [f"{inp.columns[k.column]}{' DESC' if k.descending else ''}" for k in sort] if not by_arrival else [
-            f"{order.expressions[0].this.name}{' DESC' if by_arrival == 'last' else ''} (processing time)"]
+        order_by = [f"{inp.columns[k.column]}{' DESC' if k.descending else ''}" for k in sort]
+        if by_arrival:
+            order_by = [f"{order.expressions[0].this.name}{' DESC' if by_arrival == 'last' else ''} (processing time)"]
         node = self._add(
             "rank", name, [calc_id], [*inp.columns, rn_name], [*inp.types, make_type("BIGINT")],
             changelog_mode="retract", stage=stage,
@@ -202,9 +204,13 @@ class RankPlanner(PlanGraph):
         timed = [(o, attr) for o in items if (attr := proctime(o.this)) is not None]
         if not timed:
             return None
+        if sel.args.get("joins"):
+            raise sql_error(f"ROW_NUMBER() OVER (ORDER BY {describe(timed[0][0])}) over a join: Flink 2.3 turns the "
+                            "processing-time attribute into the wall-clock time of each row there, an order no "
+                            "replay can reproduce; rank the table before joining it", timed[0][1])  # fmt: skip
         if len(items) > 1 or timed[0][1] is not items[0].this:
             raise sql_error(f"ROW_NUMBER() OVER (ORDER BY {describe(timed[0][0])}): a processing-time attribute must be "
-                            "the only ORDER BY key, as it is (keep the first or last rows by arrival)", timed[0][1])  # fmt: skip
+                            "the only ORDER BY key (it keeps the first or last rows by arrival)", timed[0][1])  # fmt: skip
         return "last" if items[0].args.get("desc") else "first"
 
     def _is_event_time(self, node_id: int, column: int) -> bool:
