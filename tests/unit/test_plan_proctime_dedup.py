@@ -5,6 +5,10 @@ batches gives, and the forms it refuses, by name and position."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tidemark.engine.changelog import Change
@@ -142,3 +146,17 @@ def test_descending_processing_time_is_only_a_deduplication_of_an_insert_only_in
         compile_sql(DDL + query)
     assert "descending processing time is supported only as a deduplication keeping the last row" in str(info.value)
     assert (info.value.line, info.value.col) == (7, query.index("ROW_NUMBER") + 1)
+
+
+def test_cli_explains_the_gap_query_and_refuses_keep_last_over_a_changelog_in_one_line(tmp_path):
+    tidemark = str(Path(sys.executable).parent / "tidemark")
+    ok, refused = tmp_path / "ok.sql", tmp_path / "refused.sql"
+    ok.write_text(DDL + dedup("p ASC") + ";\n", encoding="utf-8")
+    refused.write_text(DDL + dedup("p DESC", "cdc") + ";\n", encoding="utf-8")
+    proc = subprocess.run([tidemark, "explain", str(ok)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "deduplicate: keep the first row by processing time (arrival)" in proc.stdout
+    proc = subprocess.run([tidemark, "explain", str(refused)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") <= 1 and "descending processing time is supported only" in proc.stderr
+    assert "line 7" in proc.stderr
