@@ -18,7 +18,8 @@ from tidemark.formats import dead_letter, decoder_for
 from tidemark.kafka.read import materialize_upsert, read_topic
 from tidemark.kafka.transactional import read_exactly_once
 from tidemark.spark.keyed import BLOB_SCHEMA, encode_changes
-from tidemark.spark.sink import ChangelogSink, DeadLetterSink, UpsertSink, net_upsert
+from tidemark.engine.kernels.upsert import net_upsert
+from tidemark.spark.sink import ChangelogSink, DeadLetterSink, UpsertSink
 from tidemark.spark.source import SourceTable, bad_records, decode_row, decode_stream, good_changes, read_stream
 
 pytestmark = pytest.mark.integration

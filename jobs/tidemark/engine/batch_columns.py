@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidemark.engine.arrow_types import python_values
+from tidemark.engine.arrow_types import pylist, python_values
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT
 from tidemark.engine.changelog import ADDS, KINDS, Change, Pos
 
@@ -129,9 +129,9 @@ def rows_of(table: pa.Table) -> list[tuple]:
 def to_changes(table: pa.Table) -> list[Change]:
     """A batch table as ``Change`` tuples, one per unit of weight, in the table's order."""
     rows = rows_of(table)
-    kinds = table.column(KIND).to_pylist()
-    weights = table.column(WEIGHT).to_pylist()
-    pos_cols = [table.column(c).to_pylist() for c in table.column_names if c.startswith(POS_PREFIX)]
+    kinds = pylist(table.column(KIND))
+    weights = pylist(table.column(WEIGHT))
+    pos_cols = [pylist(table.column(c)) for c in table.column_names if c.startswith(POS_PREFIX)]
     positions = [_pos(p) for p in zip(*pos_cols)] if pos_cols else [()] * len(rows)
     out: list[Change] = []
     for row, kind, w, pos in zip(rows, kinds, weights, positions):

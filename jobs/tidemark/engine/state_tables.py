@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
+from itertools import islice
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidemark.engine.arrow_types import arrow_type, python_values
+from tidemark.engine.arrow_types import arrow_type, pylist, python_values
 from tidemark.engine.types import SqlType
 
 #: a node's columns as the planner types them: (name, SQL type or None when unknown)
@@ -64,7 +65,22 @@ def positions_column(positions: Sequence[tuple | None]) -> pa.ListArray:
 
 
 def positions_of(column: pa.Array | pa.ChunkedArray) -> list[tuple | None]:
-    return [tuple(p) if p is not None else None for p in _one_chunk(column).to_pylist()]
+    arr = _one_chunk(column)
+    if arr.null_count or arr.flatten().null_count:
+        return [tuple(p) if p is not None else None for p in arr.to_pylist()]
+    return _tuples(arr)
+
+
+def _tuples(arr: pa.ListArray) -> list[tuple]:
+    """A list column without NULLs as tuples, its integers read through numpy (``pylist``):
+    a bucket's state holds a position per row and is read whole every batch."""
+    values = pylist(arr.flatten())
+    lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+    if len(lengths) and (lengths == lengths[0]).all():  # the usual case: one position depth
+        n = int(lengths[0])
+        return list(zip(*(values[i::n] for i in range(n)))) if n else [()] * len(lengths)
+    it = iter(values)
+    return [tuple(islice(it, n)) for n in lengths.tolist()]
 
 
 def position_lists_column(lists: Sequence[Sequence[tuple] | None]) -> pa.ListArray:

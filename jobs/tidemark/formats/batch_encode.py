@@ -22,6 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tidemark.engine.arrow_types import pylist, python_values
+from tidemark.engine.batch import KIND, WEIGHT
+from tidemark.engine.batch_columns import to_changes
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import DELETE, UPDATE_BEFORE, Change
 from tidemark.engine.types import SqlType, to_json_value
@@ -54,24 +57,38 @@ def _value_text(t: SqlType, value: Any) -> str:
 def fragments(t: SqlType, values: Sequence[Any]) -> pa.Array:
     """The JSON text of each value of a column of type ``t`` (``null`` for None)."""
     if t.is_composite:
-        return pa.array([_value_text(t, v) for v in values], pa.string())
+        return _one_by_one(t, values)
     try:
         arr = pa.array(values, from_pandas=False)
     except (pa.ArrowException, OverflowError, TypeError, UnicodeError):  # rendered value by value
-        arr = None
-    if arr is not None and (pa.types.is_int64(arr.type) or pa.types.is_boolean(arr.type)):
+        return _one_by_one(t, values)
+    return column_fragments(t, arr, values)
+
+
+def column_fragments(t: SqlType, arr: pa.Array, values: Sequence[Any] | None = None) -> pa.Array:
+    """The JSON text of each value of the Arrow column ``arr`` of type ``t``; ``values``: the
+    same values as rows hold them, when the caller has them already."""
+    if t.is_composite:
+        text = None
+    elif pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type):
         text = arr.cast(pa.string())
-    elif arr is not None and pa.types.is_string(arr.type):
-        text = arr
+    elif pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        text = arr.cast(pa.string())
         if pc.any(pc.match_substring_regex(text, r'[\\"\x00-\x1f]')).as_py():
             for raw, escaped in _ESCAPES:
                 text = pc.replace_substring(text, raw, escaped)
         text = pc.binary_join_element_wise('"', text, '"', "")
-    elif arr is not None and pa.types.is_null(arr.type):
-        text = pa.nulls(len(values), pa.string())
+    elif pa.types.is_null(arr.type):
+        text = pa.nulls(len(arr), pa.string())
     else:
-        return pa.array([_value_text(t, v) for v in values], pa.string())
+        text = None
+    if text is None:
+        return _one_by_one(t, values if values is not None else python_values(arr))
     return pc.fill_null(text, "null")
+
+
+def _one_by_one(t: SqlType, values: Sequence[Any]) -> pa.Array:
+    return pa.array([_value_text(t, v) for v in values], pa.string())
 
 
 class BatchEncoder:
@@ -94,30 +111,52 @@ class BatchEncoder:
         if not self.json:
             return [self.encoder.encode_key(r, topic) for r in rows]
         columns = list(zip(*rows))
-        return self._objects(columns, self.pk, None).to_pylist()
+        return self._objects([fragments(self.types[i], columns[i]) if i in self.pk else None for i in range(len(self.names))], self.pk, None).to_pylist()
 
     def encode(self, changes: Sequence[Change], topic: str | None = None) -> list[tuple[bytes | None, bytes | None] | None]:
         if not self.json or not changes:
             return [self.encoder.encode(c, topic) for c in changes]
         written = [c for c in changes if not (self.encoder.upsert and c.kind == UPDATE_BEFORE)]
-        rows = [c.row for c in written]
-        columns = list(zip(*rows)) if rows else []
-        keys = self.encode_keys(rows, topic)
-        everything = range(len(self.names))
-        if self.encoder.upsert:
-            values = self._objects(columns, everything, None).to_pylist() if rows else []
-            values = [None if c.kind == DELETE else v for c, v in zip(written, values)]
-        else:
-            kinds = pa.array(['{"op":' + _dumps(c.kind) + "," for c in written], pa.string()) if rows else None
-            values = self._objects(columns, everything, kinds).to_pylist() if rows else []
-        out = iter(zip(keys, values))
-        return [None if self.encoder.upsert and c.kind == UPDATE_BEFORE else next(out) for c in changes]
+        columns = list(zip(*(c.row for c in written))) if written else [() for _ in self.names]
+        frags = [fragments(t, col) for t, col in zip(self.types, columns)]
+        return self._records([c.kind for c in changes], frags, len(written))
 
-    def _objects(self, columns: list[tuple], which: Sequence[int], head: pa.Array | None) -> pa.Array:
-        """``{...}`` of the columns ``which`` (``head``: each record's text after ``{``)
-        as bytes."""
+    def encode_table(self, table: pa.Table, topic: str | None = None) -> list[tuple[bytes | None, bytes | None] | None]:
+        """``encode`` of the changes of a batch table (``ChangeBatch``'s layout), from its
+        columns: no ``Change`` tuple is built for a JSON format."""
+        weights = pc.abs(table.column(WEIGHT))
+        if not self.json or table.num_rows == 0 or pc.max(weights).as_py() != 1:
+            return self.encode(to_changes(table), topic)
+        kinds = pylist(table.column(KIND))
+        if self.encoder.upsert:
+            table = table.filter(pc.not_equal(table.column(KIND), UPDATE_BEFORE))
+        frags = [column_fragments(t, table.column(i).combine_chunks()) for i, t in enumerate(self.types)]
+        return self._records(kinds, frags, table.num_rows)
+
+    def _records(self, kinds: Sequence[str], frags: list[pa.Array], n_written: int) -> list[tuple[bytes | None, bytes | None] | None]:
+        """Each change's (key, value), from the text fragments of the columns of the changes
+        written (all of them, but an upsert format's ``-U``, which writes nothing)."""
+        upsert = self.encoder.upsert
+        written = [k for k in kinds if not (upsert and k == UPDATE_BEFORE)]
+        if not n_written:
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+        else:
+            keys = self._objects(frags, self.pk, None).to_pylist() if self.pk else [None] * n_written
+            everything = range(len(self.names))
+            if upsert:
+                values = [None if k == DELETE else v for k, v in zip(written, self._objects(frags, everything, None).to_pylist())]
+            else:
+                head = pa.array(['{"op":' + _dumps(k) + "," for k in written], pa.string())
+                values = self._objects(frags, everything, head).to_pylist()
+        out = iter(zip(keys, values))
+        return [None if upsert and k == UPDATE_BEFORE else next(out) for k in kinds]
+
+    def _objects(self, frags: list[pa.Array], which: Sequence[int], head: pa.Array | None) -> pa.Array:
+        """``{...}`` of the columns ``which`` (``frags``: each column's text fragments;
+        ``head``: each record's text after ``{``) as bytes."""
         parts: list[Any] = [head if head is not None else "{"]
         for j, i in enumerate(which):
-            parts += ([","] if j else []) + [self._labels[i], fragments(self.types[i], columns[i])]
+            parts += ([","] if j else []) + [self._labels[i], frags[i]]
         parts.append("}")
         return pc.binary_join_element_wise(*parts, "").cast(pa.binary())

@@ -176,6 +176,8 @@ def session_conf(
         # Python workers import pyspark from site-packages (bytecode cached), not from
         # the pyspark.zip Spark puts first on their path: see worker_site/sitecustomize.py
         "spark.executorEnv.PYTHONPATH": str(Path(__file__).parent / "worker_site"),
+        # workers are forked with Tidemark's modules already imported: worker_daemon.py
+        "spark.python.daemon.module": "tidemark.spark.worker_daemon",
     }
     if master.startswith("local"):
         cores = re.match(r"local\[(\d+)", master)

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.changelog import ADDS, DELETE, UPDATE_AFTER, Change, canonical_key, zset
+from tidemark.engine.changelog import Change, canonical_key
 from tidemark.formats import dead_letter
 from tidemark.formats.batch_encode import BatchEncoder
 from tidemark.formats.codecs import Encoder
@@ -49,38 +49,12 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def net_upsert(changes: Iterable[Change]) -> Change | None:
-    """The one change an upsert sink writes for a key's changes of one batch:
-    ``+U(row)``, ``-D(row)`` (a tombstone) or None (everything cancelled).
-
-    Exact pairs cancel first (the Z-set), so an arrival order that splits a ``-U/+U``
-    pair cannot matter. Of what remains, the change with the greatest source position
-    decides; at equal positions an add beats a retraction (retractions apply first)."""
-    changes = list(changes)
-    remaining = zset(changes)
-    if not remaining:
-        return None
-    best: tuple | None = None
-    for c in changes:
-        w = remaining.get(c.row, 0)
-        if w == 0 or (w > 0) != (c.kind in ADDS):
-            continue
-        rank = canonical_key(c)
-        if best is None or rank > best[0]:
-            best = (rank, c)
-    assert best is not None
-    c = best[1]
-    return Change(UPDATE_AFTER if c.kind in ADDS else DELETE, c.row, c.pos)
-
-
 #: The upsert sink's producer in each Python worker process (for the last broker list),
 #: reused by the tasks of every batch: a new idempotent producer spends ~0.5 s (its
 #: producer id, broker metadata) before its first flush returns, a reused one flushes 50
 #: records in under 1 ms (measured on the embedded broker); per batch that was most of the
 #: sink stage's time.
 _PRODUCERS: dict[str, Any] = {}
-#: net changes the upsert sink encodes (and produces) at a time
-ENCODE_BATCH = 10_000
 
 
 def _producer_key(conf: dict[str, Any]) -> str:
@@ -109,6 +83,9 @@ class _SinkKey:
     def key_of(self, change: Change, _input: int) -> tuple:
         return tuple(change.row[i] for i in self.pk)
 
+    def key_columns(self, _input: int) -> tuple[int, ...]:
+        return self.pk
+
 
 class UpsertSink:
     """Key = sink PK, value = row, tombstone on delete (see module docstring)."""
@@ -128,10 +105,11 @@ class UpsertSink:
         """Write one batch; returns the number of records produced.
 
         Two Arrow passes: split the batch's changes by sink primary key into one blob per
-        task and key bucket, shuffle by bucket, then consolidate each key's changes and
-        produce. The split keeps the node's Arrow types, so no row is pickled."""
+        task and key bucket, shuffle by bucket, then net each key's changes to one
+        (``net_upserts``, ``net_upsert`` over a whole batch), encode and produce. Both stay
+        on the node's Arrow columns: no row is pickled or built as a ``Change``."""
         from tidemark.engine import batch_ipc
-        from tidemark.spark.keyed import BLOB_SCHEMA, arrow_pairs, blob_batch, blob_rows, changes_of_blobs
+        from tidemark.spark.keyed import BLOB_SCHEMA, arrow_pairs, blob_batch, blob_rows
 
         table, url, topic, timeout = self.table, self.registry_url, self.topic, self.flush_timeout_s
         conf = producer_config(self.bootstrap, table_properties(table.options))
@@ -140,14 +118,16 @@ class UpsertSink:
         buckets = max(1, int(df.sparkSession.conf.get("spark.sql.shuffle.partitions")))
 
         def split(batches: Iterator[Any]) -> Iterator[Any]:
-            rows = blob_rows(changes_of_blobs([b for _, b in arrow_pairs(batches)]), schema, target, buckets)
+            blobs = [b for _, b in arrow_pairs(batches)]
+            rows = blob_rows(batch_ipc.decode_batch(blobs), schema, target, buckets) if blobs else []
             if rows:
                 yield blob_batch(rows)
 
         def produce(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa
 
-            encoder = BatchEncoder(table, url)
+            from tidemark.engine.kernels.upsert import net_upserts
+
             producer = _shared_producer(conf)
             errors: list[str] = []
             n = 0
@@ -156,31 +136,18 @@ class UpsertSink:
                 if err is not None:
                     errors.append(err.str())
 
-            def emit(finals: list[tuple[bytes, Change]]) -> int:
-                encoded = encoder.encode([c for _, c in finals], topic)
-                for (key, _), record in zip(finals, encoded):
-                    while True:
-                        try:
-                            producer.produce(topic, key=key, value=record[1], on_delivery=on_delivery)
-                            break
-                        except BufferError:
-                            producer.poll(0.1)
-                return len(finals)
-
             try:
-                changes = changes_of_blobs([b for _, b in arrow_pairs(batches)])
-                runs: dict[bytes, list[Change]] = {}  # each key's changes, in arrival order
-                for key, change in zip(encoder.encode_keys([c.row for c in changes], topic), changes):
-                    runs.setdefault(key, []).append(change)
-                finals: list[tuple[bytes, Change]] = []  # each key's net change, encoded a batch at a time
-                for key, run in runs.items():
-                    final = net_upsert(run)
-                    if final is not None:
-                        finals.append((key, final))
-                    if len(finals) >= ENCODE_BATCH:
-                        n += emit(finals)
-                        finals = []
-                n += emit(finals)
+                blobs = [b for _, b in arrow_pairs(batches)]
+                if blobs:
+                    finals = net_upserts(batch_ipc.decode_batch(blobs), table.pk_indexes).table()
+                    for key, value in BatchEncoder(table, url).encode_table(finals, topic):
+                        while True:
+                            try:
+                                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                                break
+                            except BufferError:
+                                producer.poll(0.1)
+                        n += 1
                 if producer.flush(timeout) or errors:
                     raise SinkWriteError(f"upsert sink '{topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
             except BaseException:

@@ -1,5 +1,5 @@
 """The batch encoder writes the bytes the per-record encoder writes, for random rows of
-every column type."""
+every column type, from ``Change`` tuples and from a batch's Arrow columns."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidemark.engine.batch import ChangeBatch
+from tidemark.engine.batch_ipc import schema_of
 from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.changelog import KINDS, Change
 from tidemark.engine.types import coerce_value, parse_type
@@ -62,6 +64,8 @@ def test_batch_encoder_writes_the_per_record_bytes(fmt, pk, data):
         changes = [c._replace(row=c.row[:4] + (c.row[4] or "",) + c.row[5:]) for c in changes]
     expected = [Encoder(t).encode(c, "o") for c in changes]
     assert BatchEncoder(t).encode(changes, "o") == expected
+    batch = ChangeBatch.from_changes(changes, schema_of(t.column_names, t.types))
+    assert BatchEncoder(t).encode_table(batch.table(), "o") == expected  # from the columns
     assert BatchEncoder(t).encode_keys([c.row for c in changes], "o") == [Encoder(t).encode_key(c.row, "o") for c in changes]
 
 

@@ -290,6 +290,8 @@ class SinkMaterializer:
         self.upsert_key = tuple(upsert_key) if upsert_key is not None else None
         if self.upsert_key is not None and len(self.upsert_key) > 1:
             self._uk_getter = itemgetter(*self.upsert_key)
+        if len(self.pk) > 1:
+            self._pk_getter = itemgetter(*self.pk)
         self.strategy = strategy
         self.ttl_ms = ttl_ms
         self.name = name
@@ -303,7 +305,7 @@ class SinkMaterializer:
         return self.key_of_row(change.row)
 
     def key_of_row(self, row: tuple) -> tuple:
-        return tuple(row[i] for i in self.pk)
+        return (row[self.pk[0]],) if len(self.pk) == 1 else self._pk_getter(row)
 
     def identity(self, row: tuple) -> tuple:
         """What a retraction must match: the upsert key's values, or the whole row."""
