@@ -53,8 +53,8 @@ def arrow_type(t: SqlType) -> pa.DataType:
 def pylist(column: pa.Array | pa.ChunkedArray) -> list[Any]:
     """``column.to_pylist()``, through numpy where that gives the same values: numbers and
     booleans without NULLs, and text. pyarrow builds each Python object on its own path,
-    about ten times slower than numpy's ``tolist``, and the per-key stages read every value
-    of every batch this way."""
+    much slower than numpy's ``tolist``, and the per-key stages read every value of every
+    batch this way."""
     t = column.type
     if pa.types.is_string(t) or pa.types.is_large_string(t) or (
         column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))

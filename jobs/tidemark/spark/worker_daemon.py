@@ -1,12 +1,11 @@
 """pyspark's Python worker daemon, with the modules a Tidemark task needs imported before it
 forks any worker (``spark.python.daemon.module``, set by ``tidemark.spark.session``).
 
-Spark starts a Python worker by forking its daemon, and every new worker then imported
-pyarrow, pandas, polars, pyspark's worker and Tidemark's stages when it unpickled its first
-task: about half a second of CPU per worker, and on a sustained job the largest single
-item of the Python workers' profile (docs/benchmarks.md, "Worker start-up"). Imported once
-in the daemon, the modules reach every forked worker for free, and their pages are shared
-between the workers until written.
+Spark starts a Python worker by forking its daemon, and a worker forked from pyspark's own
+daemon imports pyarrow, pandas, polars, pyspark's worker and Tidemark's stages when it
+unpickles its first task, on the task's clock (docs/benchmarks.md, "Worker start-up").
+Imported once in the daemon, the modules reach every forked worker for free, and their
+pages are shared between the workers until written.
 
 pyspark's own daemon imports nothing before it forks because a library may start threads
 when imported, and a forked child has none of its parent's threads. What is preloaded here
