@@ -13,7 +13,7 @@ offset)``). "Latest" always means the greater position, never the later arrival.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -41,6 +41,17 @@ class Change(NamedTuple):
     @property
     def is_add(self) -> bool:
         return self.kind in ADDS
+
+
+def columns_of(indexes: Sequence[int]) -> Callable[[Row], tuple]:
+    """``row -> tuple(row[i] for i in indexes)``, the key of a row, without a generator per
+    call: the per-key path takes a key of every change it reads."""
+    if len(indexes) == 1:
+        i = indexes[0]
+        return itemgetter(slice(i, i + 1))  # a slice of a tuple row is a tuple
+    if not indexes:
+        return itemgetter(slice(0, 0))
+    return itemgetter(*indexes)
 
 
 def order_key(pos: Pos, is_add: bool, row: Row) -> tuple:

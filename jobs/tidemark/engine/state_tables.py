@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
-from itertools import islice
 from decimal import Decimal
+from itertools import islice
 from typing import Any
 
 import pyarrow as pa

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.changelog import Change, canonical_key
+from tidemark.engine.changelog import canonical_key
 from tidemark.formats import dead_letter
 from tidemark.formats.batch_encode import BatchEncoder
 from tidemark.formats.codecs import Encoder
@@ -74,14 +74,11 @@ def _shared_producer(conf: dict[str, Any]) -> Any:
 
 
 class _SinkKey:
-    """The sink primary key as a keyed stage's ``key_of``: what splits a batch's blobs so
-    that every change of one Kafka key reaches one task."""
+    """The sink primary key as a keyed stage's ``key_columns``: what splits a batch's blobs
+    so that every change of one Kafka key reaches one task."""
 
     def __init__(self, pk: Sequence[int]):
         self.pk = tuple(pk)
-
-    def key_of(self, change: Change, _input: int) -> tuple:
-        return tuple(change.row[i] for i in self.pk)
 
     def key_columns(self, _input: int) -> tuple[int, ...]:
         return self.pk

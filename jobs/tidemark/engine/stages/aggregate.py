@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, canonical_sorted, diff_to_changes
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, canonical_sorted, columns_of, diff_to_changes
 from tidemark.engine.driver import PerKeyAdapter
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
@@ -234,6 +234,7 @@ class GroupAggregate:
         input_types: list[SqlType | None] | None = None,
     ):
         self.group_by = tuple(group_by)
+        self._key_getter = columns_of(self.group_by)
         self.aggs = list(aggs)
         self.name = name
         # the input columns' SQL types (from the planner): what the batch kernel types its
@@ -271,7 +272,7 @@ class GroupAggregate:
         return self.group_by
 
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
-        return tuple(change.row[i] for i in self.group_by)
+        return self._key_getter(change.row)
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: GroupState | None, ctx: BatchContext

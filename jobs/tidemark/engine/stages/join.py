@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, order_key, sorted_by_order, zset_to_changes
+from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, columns_of, order_key, sorted_by_order, zset_to_changes
 from tidemark.engine.errors import PlanError
 from tidemark.engine.stage import BatchContext
 
@@ -83,6 +83,7 @@ class Join:
             raise PlanError("an equi-join needs the same number (>= 1) of left and right key columns")
         self.join_type = join_type
         self.keys = (tuple(left_key), tuple(right_key))
+        self._key_getters = (columns_of(self.keys[0]), columns_of(self.keys[1]))
         self.widths = (left_width, right_width)
         self.residual = residual
         self.outer = (join_type in ("left", "full"), join_type in ("right", "full"))
@@ -105,7 +106,7 @@ class Join:
         return self.keys[input_index]
 
     def key_of(self, change: Change, input_index: int) -> tuple:
-        return tuple(change.row[i] for i in self.keys[input_index])
+        return self._key_getters[input_index](change.row)
 
     # -- rows ------------------------------------------------------------------------------
     def _joined(self, side: int, row: tuple, other: tuple) -> tuple:

@@ -101,7 +101,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tidemark.engine.changelog import Change, canonical_sorted, diff_to_changes, sorted_ops
+from tidemark.engine.changelog import Change, canonical_sorted, columns_of, diff_to_changes, sorted_ops
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.errors import ConflictError, PlanError
 from tidemark.engine.stage import BatchContext
@@ -290,8 +290,7 @@ class SinkMaterializer:
         self.upsert_key = tuple(upsert_key) if upsert_key is not None else None
         if self.upsert_key is not None and len(self.upsert_key) > 1:
             self._uk_getter = itemgetter(*self.upsert_key)
-        if len(self.pk) > 1:
-            self._pk_getter = itemgetter(*self.pk)
+        self.key_of_row = columns_of(self.pk)  # row -> its sink PK values
         self.strategy = strategy
         self.ttl_ms = ttl_ms
         self.name = name
@@ -303,9 +302,6 @@ class SinkMaterializer:
 
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return self.key_of_row(change.row)
-
-    def key_of_row(self, row: tuple) -> tuple:
-        return (row[self.pk[0]],) if len(self.pk) == 1 else self._pk_getter(row)
 
     def identity(self, row: tuple) -> tuple:
         """What a retraction must match: the upsert key's values, or the whole row."""
