@@ -17,6 +17,7 @@ stopped query was, state included.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import shutil
 import sys
 import tempfile
@@ -34,6 +35,10 @@ SOURCE_SCHEMA = "bucket int, input int, batch binary"
 def spark() -> Iterator[Any]:
     """The one SparkSession of the test run (local[*], RocksDB state, 2 shuffle partitions)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark's Python workers import a pipeline's UDF modules from PYTHONPATH, as a job's
+    # workers do; the random workloads' module (conformance/conformance_udfs.py) is there
+    udfs = str(Path(__file__).parent / "conformance")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [udfs, os.environ.get("PYTHONPATH")]))
     from tidemark.spark.session import build_session
 
     session = build_session(app_name="tidemark-tests", shuffle_partitions=2)
