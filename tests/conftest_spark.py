@@ -17,11 +17,11 @@ stopped query was, state included.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
