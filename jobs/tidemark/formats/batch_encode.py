@@ -104,15 +104,6 @@ class BatchEncoder:
         self.pk = table.pk_indexes
         self._labels = [_dumps(n) + ":" for n in self.names]
 
-    def encode_keys(self, rows: Sequence[tuple], topic: str | None = None) -> list[bytes | None]:
-        """``Encoder.encode_key`` of each row."""
-        if not self.pk or not rows:
-            return [None] * len(rows)
-        if not self.json:
-            return [self.encoder.encode_key(r, topic) for r in rows]
-        columns = list(zip(*rows))
-        return self._objects([fragments(self.types[i], columns[i]) if i in self.pk else None for i in range(len(self.names))], self.pk, None).to_pylist()
-
     def encode(self, changes: Sequence[Change], topic: str | None = None) -> list[tuple[bytes | None, bytes | None] | None]:
         if not self.json or not changes:
             return [self.encoder.encode(c, topic) for c in changes]
@@ -152,7 +143,7 @@ class BatchEncoder:
         out = iter(zip(keys, values))
         return [None if upsert and k == UPDATE_BEFORE else next(out) for k in kinds]
 
-    def _objects(self, frags: list[pa.Array], which: Sequence[int], head: pa.Array | None) -> pa.Array:
+    def _objects(self, frags: Sequence[pa.Array], which: Sequence[int], head: pa.Array | None) -> pa.Array:
         """``{...}`` of the columns ``which`` (``frags``: each column's text fragments;
         ``head``: each record's text after ``{``) as bytes."""
         parts: list[Any] = [head if head is not None else "{"]

@@ -66,7 +66,6 @@ def test_batch_encoder_writes_the_per_record_bytes(fmt, pk, data):
     assert BatchEncoder(t).encode(changes, "o") == expected
     batch = ChangeBatch.from_changes(changes, schema_of(t.column_names, t.types))
     assert BatchEncoder(t).encode_table(batch.table(), "o") == expected  # from the columns
-    assert BatchEncoder(t).encode_keys([c.row for c in changes], "o") == [Encoder(t).encode_key(c.row, "o") for c in changes]
 
 
 def test_values_of_unexpected_python_types_are_rendered_as_the_encoder_does():
