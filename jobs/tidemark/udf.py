@@ -71,6 +71,24 @@ def load(path: str) -> tuple[Callable[..., Any], SqlType]:
         raise UdfError(f"'{path}': result type {declared!r} is not a SQL type ({e})") from None
 
 
+@functools.lru_cache(maxsize=None)
+def argument_type(type_text: str) -> Any:
+    """The Arrow type a UDF receives for an argument of SQL type ``type_text``: integers as
+    int64 and DECIMAL(p, s) as decimal128(38, s), as the vectorized calc hands them over."""
+    import pyarrow as pa
+
+    from tidemark.engine.arrow_types import arrow_type
+    from tidemark.engine.sql import parse_type_text
+    from tidemark.engine.types import INTEGRAL
+
+    t = parse_type_text(type_text)
+    if t.name in INTEGRAL:
+        return pa.int64()
+    if t.name == "DECIMAL":
+        return pa.decimal128(38, t.params[1])
+    return arrow_type(t)
+
+
 def check_arity(path: str, n_args: int) -> None:
     """UdfError when the function cannot take ``n_args`` positional arguments."""
     fn, _ = load(path)

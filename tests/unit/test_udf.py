@@ -66,3 +66,26 @@ def test_a_udf_raising_on_a_batch_is_an_input_error_naming_it():
     sql = "CREATE FUNCTION fails AS 'udf_examples.fails' LANGUAGE PYTHON;\n" + DDL.replace("n BIGINT", "n STRING")
     with pytest.raises(InputError, match=r"function fails \('udf_examples.fails'\) failed on a batch: RuntimeError: no service"):
         _run(sql + "INSERT INTO o SELECT k, fails(s), amount FROM a")
+
+
+def _calc_of(sql: str):
+    from tidemark.engine.stages.calc import Calc
+
+    return next(n.stage for n in compile_sql(sql).nodes if isinstance(n.stage, Calc))
+
+
+def test_the_row_path_hands_a_null_argument_to_a_udf_with_its_column_type():
+    """A calc after a keyed stage may run row by row; a NULL argument must still arrive as
+    its column's type (STRING, DECIMAL), as on the vectorized path, not as Arrow's null type."""
+    from tidemark.engine.batch import ChangeBatch
+
+    sql = (
+        "CREATE FUNCTION count_char AS 'udf_examples.count_char' LANGUAGE PYTHON;\n"
+        "CREATE FUNCTION with_tax AS 'udf_examples.with_tax' LANGUAGE PYTHON;\n" + DDL
+        + "INSERT INTO o SELECT k, count_char(s, 'a'), with_tax(amount) FROM a"
+    )
+    calc = _calc_of(sql)
+    changes = [Change("+I", r, (n,)) for n, r in enumerate(ROWS)]
+    expected = [(1, 2, Decimal("12.00")), (2, None, None), (3, 0, Decimal("1.50")), (4, 0, Decimal("0.12"))]
+    assert [c.row for c in calc.process(changes)] == expected
+    assert [c.row for c in calc.process_batch(ChangeBatch.from_changes(changes, calc.input_schema())).changes()] == expected

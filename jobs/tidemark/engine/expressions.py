@@ -145,13 +145,15 @@ def _sql_substring(s: Any, start: Any, *length: Any) -> Any:
     return s[begin : begin + length[0]] if length else s[begin:]
 
 
-def _sql_udf(name: str, path: str, *args: Any) -> Any:
-    """A UDF on one row: its arguments as one-value arrays (the reference path)."""
+def _sql_udf(name: str, path: str, arg_types: tuple[str | None, ...], *args: Any) -> Any:
+    """A UDF on one row: its arguments as one-value arrays (the reference path), typed as
+    the vectorized path types them, so that a NULL argument still has its column's type."""
     import pyarrow as pa
 
-    from tidemark.udf import call
+    from tidemark.udf import argument_type, call
 
-    return call(name, path, [pa.array([a]) for a in args], 1)[0].as_py()
+    arrays = [pa.array([a], argument_type(t) if t is not None else None) for a, t in zip(args, arg_types)]
+    return call(name, path, arrays, 1)[0].as_py()
 
 
 @null_if_any
@@ -421,6 +423,13 @@ def _no_decimals(name: str) -> Callable[[PythonGenerator, exp.Expr], str]:
     return render
 
 
+def _udf_py(self: PythonGenerator, e: UdfCall) -> str:
+    """``TM_UDF(name, path, argument types, arguments...)``; the types are what
+    ``compile_row_fn`` was told (``arg_types`` in the node's meta), None where unknown."""
+    types = tuple(e.meta.get("arg_types") or (None,) * len(e.expressions))
+    return f"TM_UDF({', '.join([repr(e.name), repr(e.args['path'].this), repr(types), *(self.sql(a) for a in e.expressions)])})"
+
+
 class _RowGenerator(PythonGenerator):
     TRANSFORMS = {
         **PythonGenerator.TRANSFORMS,
@@ -444,7 +453,7 @@ class _RowGenerator(PythonGenerator):
         exp.Div: lambda self, e: f"DIV({self.sql(e.this)}, {self.sql(e.expression)})",
         exp.Case: _case_py,
         exp.Neg: _call("TM_NEG", "this"),
-        UdfCall: lambda self, e: f"TM_UDF({', '.join([repr(e.name), repr(e.args['path'].this), *(self.sql(a) for a in e.expressions)])})",
+        UdfCall: _udf_py,
         exp.Substring: lambda self, e: f"TM_SUBSTRING({', '.join(self.sql(e.args[a]) for a in ('this', 'start', 'length') if e.args.get(a) is not None)})",
     }
 
@@ -494,8 +503,14 @@ def check_supported(expr: exp.Expr) -> None:
         raise sql_error(f"unsupported expression {describe(expr)}", expr)
 
 
-def compile_row_fn(expr: exp.Expr) -> Callable[[tuple], Any]:
-    """Compile a positional expression into ``row -> value`` (SQL NULL semantics)."""
+def compile_row_fn(expr: exp.Expr, input_types: Sequence[SqlType | None] | None = None) -> Callable[[tuple], Any]:
+    """Compile a positional expression into ``row -> value`` (SQL NULL semantics).
+    ``input_types`` (the input columns' types) types the arguments of UDF calls."""
+    if input_types is not None and any(isinstance(n, UdfCall) for n in expr.walk()):
+        expr = expr.copy()
+        for node in expr.find_all(UdfCall):
+            types = [infer_type(a, input_types) for a in node.expressions]
+            node.meta["arg_types"] = [str(t) if t is not None and t.name != "NULL" else None for t in types]
     return eval(compile(python_source(expr), "<expr>", "eval"), dict(RUNTIME_ENV))  # noqa: S307
 
 

@@ -63,8 +63,9 @@ class Calc:
         self._compile()
 
     def _compile(self) -> None:
-        self._project = [compile_row_fn(e) for e in self.projections] if self.projections is not None else None
-        self._filter = compile_row_fn(self.predicate) if self.predicate is not None else None
+        types = self.input_types
+        self._project = [compile_row_fn(e, types) for e in self.projections] if self.projections is not None else None
+        self._filter = compile_row_fn(self.predicate, types) if self.predicate is not None else None
         # a stage built without its input types (tests of the reference) compiles on its first batch
         known = all(t is not None for t in self.input_types)
         self._kernel = self._compile_kernel(self.input_types) if known else None
