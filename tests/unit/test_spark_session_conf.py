@@ -18,6 +18,15 @@ def test_one_machine_keeps_four_idle_python_workers_per_core(monkeypatch):
     assert POOL not in session_conf("spark://master:7077", 2)  # a cluster's executors size their own
 
 
+def test_state_stores_compact_at_each_commit_unless_turned_off(monkeypatch):
+    """Buckets are rewritten whole each batch: without compaction the store keeps stale copies."""
+    key = "spark.sql.streaming.stateStore.rocksdb.compactOnCommit"
+    monkeypatch.delenv(CONF_ENV, raising=False)
+    assert session_conf("local[2]", 2)[key] == "true"
+    monkeypatch.setenv(CONF_ENV, f'{{"{key}": false}}')
+    assert session_conf("local[2]", 2)[key] == "false"
+
+
 def test_the_environment_overrides_the_defaults_and_the_caller_overrides_both(monkeypatch):
     monkeypatch.setenv(CONF_ENV, '{"spark.python.factory.idleWorkerMaxPoolSize": 8, "spark.driver.memory": "2g", "spark.ui.enabled": true}')
     conf = session_conf("local[2]", 2, extra_conf={"spark.driver.memory": "3g"})
