@@ -4,6 +4,8 @@ and a calc's error still crosses the worker boundary as itself."""
 
 from __future__ import annotations
 
+import datetime
+
 import pyarrow as pa
 import pytest
 import sqlglot
@@ -94,6 +96,16 @@ def test_blob_keeps_the_values_types_when_they_do_not_fit_the_schema(no_changes)
     assert table.column("n").to_pylist() == [1000]
 
 
+#: the Kafka source's columns (``tidemark.spark.source.SCHEMA``) as the decode pass gets them
+RAW_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary())])
+
+
+def raw_batch(records: dict) -> pa.RecordBatch:
+    """Raw records as the Kafka source hands them to the decode pass: one Arrow batch."""
+    return pa.RecordBatch.from_pydict(records, schema=RAW_SCHEMA)
+
+
 def test_decode_pass_builds_columns_straight_from_the_batch_decoder_and_letters_record_by_record(no_changes):
     import json
 
@@ -114,9 +126,10 @@ def test_decode_pass_builds_columns_straight_from_the_batch_decoder_and_letters_
         b"{nope",
         json.dumps({"before": None, "after": {"id": 2, "level": 3}, "op": "c"}).encode(),
     ]
-    records = {"topic": ["a"] * 3, "partition": [1, 1, 2], "offset": [5, 6, 7], "timestamp": [None] * 3,
+    stamp = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.timezone.utc)
+    records = {"topic": ["a"] * 3, "partition": [1, 1, 2], "offset": [5, 6, 7], "timestamp": [None, stamp, None],
                "key": [b'{"id": 1}', None, None], "value": values}
-    batch, letters = decode_columnar(records, src, 9, {})
+    batch, letters = decode_columnar(raw_batch(records), src, 9, {})
     assert batch.is_columnar
     table = batch.table()
     assert table.column("$kind").to_pylist() == ["-U", "+U", "+I"]
@@ -127,6 +140,7 @@ def test_decode_pass_builds_columns_straight_from_the_batch_decoder_and_letters_
     _, expected_bad = split_decoded(decode_records(records, {"a": src}, 9, {}))
     assert bad == expected_bad and list(bad) == [("a", 1, 6)]
     assert bad[("a", 1, 6)]["reason"].startswith("s1 @ a/1/6: value: malformed JSON")
+    assert bad[("a", 1, 6)]["timestamp"] == stamp
 
 
 def test_decode_columnar_leaves_per_record_formats_to_the_row_path():
@@ -141,4 +155,4 @@ def test_decode_columnar_leaves_per_record_formats_to_the_row_path():
     """
     (src,) = source_tables(compile_sql(sql))
     records = {"topic": ["a"], "partition": [0], "offset": [1], "timestamp": [None], "key": [None], "value": [b"1"]}
-    assert decode_columnar(records, src, 1, {}) is None
+    assert decode_columnar(raw_batch(records), src, 1, {}) is None

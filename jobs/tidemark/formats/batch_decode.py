@@ -27,7 +27,6 @@ negative zero, nor has Flink's): ``-0.001`` in a DECIMAL(10, 2) column is ``0.00
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,7 +147,12 @@ class BatchDecoder:
         return pa.schema([(n, arrow_type(t)) for n, t in zip(self.names, self.types)])
 
     # ------------------------------------------------------------------ entry point
-    def decode(self, keys: Sequence[bytes | None], values: Sequence[bytes | None], topic: str | None = None) -> DecodedBatch:
+    def decode(self, keys: Sequence[bytes | None] | pa.Array, values: Sequence[bytes | None] | pa.Array,
+               topic: str | None = None) -> DecodedBatch:
+        """``keys`` and ``values``: the records' Kafka keys and values, as Arrow binary
+        arrays (the source's columns as they arrive: a value becomes a Python object only
+        when its record is decoded one by one) or as lists of bytes."""
+        keys, values = _binary(keys), _binary(values)
         n = len(values)
         single: list[int] = []  # records decoded by the per-record decoder
         pieces: list[tuple[pa.Table, pa.Array, pa.Array, pa.Array]] = []  # rows, kinds, record, order within record
@@ -162,34 +166,48 @@ class BatchDecoder:
         return self._assemble(pieces, dead)
 
     # ------------------------------------------------------------------ screening
-    def _screen(self, values: Sequence[bytes | None], single: list[int]) -> list[int]:
+    def _screen(self, values: pa.BinaryArray, single: list[int]) -> list[int]:
         """The records the batch reader may read; the others go to ``single``."""
-        present = [i for i, v in enumerate(values) if v is not None]
-        if len(present) < len(values):
-            single.extend(i for i, v in enumerate(values) if v is None)
-        if not present:
+        valid = pc.is_valid(values)
+        present = pc.indices_nonzero(valid)
+        if values.null_count:
+            single.extend(pc.indices_nonzero(pc.invert(valid)).to_pylist())
+            values = values.filter(valid)
+        if not len(present):
             return []
-        raw = pa.array([values[i] for i in present], pa.binary())
         try:
-            text = raw.cast(pa.string())
+            text = values.cast(pa.string())
         except pa.ArrowInvalid:  # not UTF-8 somewhere: find which
-            ok = []
-            for i in present:
-                try:
-                    values[i].decode()  # type: ignore[union-attr]
-                    ok.append(i)
-                except UnicodeDecodeError:
-                    single.append(i)
-            present = ok
-            if not present:
+            is_utf8 = pa.array([_is_utf8(v) for v in values.to_pylist()], pa.bool_())
+            single.extend(present.filter(pc.invert(is_utf8)).to_pylist())
+            present = present.filter(is_utf8)
+            if not len(present):
                 return []
-            text = pa.array([values[i] for i in present], pa.binary()).cast(pa.string())
-        bad = pc.match_substring_regex(text, _UNVOUCHED)
-        quoted = '"(' + "|".join(self.names) + ')"'  # a key naming a column in another case: per record
-        bad = pc.or_(bad, pc.not_equal(pc.count_substring_regex(text, quoted, ignore_case=True), pc.count_substring_regex(text, quoted)))
-        flags = bad.to_pylist()
-        single.extend(i for i, b in zip(present, flags) if b)
-        return [i for i, b in zip(present, flags) if not b]
+            text = values.filter(is_utf8).cast(pa.string())
+        bad = pc.or_(pc.match_substring_regex(text, _UNVOUCHED), self._other_case_keys(text))
+        if bad.true_count:
+            single.extend(present.filter(bad).to_pylist())
+            present = present.filter(pc.invert(bad))
+        return present.to_numpy().tolist()
+
+    def _other_case_keys(self, text: pa.StringArray) -> pa.BooleanArray:
+        """True where a value may hold a key naming a column in another case (such a record
+        is decoded one by one): where a quoted column name occurs case-insensitively more
+        often than as written. When every column name is lowercase ASCII, a value that is
+        ASCII without an uppercase letter cannot hold one, and only the others are counted
+        (the two counts are most of the screen's time)."""
+        quoted = '"(' + "|".join(self.names) + ')"'
+
+        def differ(t: pa.StringArray) -> pa.BooleanArray:
+            return pc.not_equal(pc.count_substring_regex(t, quoted, ignore_case=True), pc.count_substring_regex(t, quoted))
+
+        if any(n != n.lower() for n in self.names):
+            return differ(text)
+        suspect = pc.invert(pc.and_(pc.string_is_ascii(text), pc.equal(pc.ascii_lower(text), text)))
+        flags = pa.array([False] * len(text), pa.bool_())
+        if not suspect.true_count:
+            return flags
+        return pc.replace_with_mask(flags, suspect, differ(text.filter(suspect)))
 
     # ------------------------------------------------------------------ reading
     def _read_schema(self) -> pa.Schema:
@@ -206,11 +224,11 @@ class BatchDecoder:
             return pa.schema(cols + [("op", pa.string())])
         return pa.schema(cols)
 
-    def _read(self, values: Sequence[bytes | None], idx: list[int]) -> pa.Table:
-        data = b"\n".join(values[i] for i in idx)  # type: ignore[misc]
+    def _read(self, values: pa.BinaryArray, idx: list[int]) -> pa.Table:
+        data = _lines(values.take(pa.array(idx, pa.int64())))
         options = pj.ParseOptions(explicit_schema=self._read_schema(), unexpected_field_behavior="ignore")
         table = pj.read_json(
-            io.BytesIO(data), read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1), parse_options=options
+            pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=False, block_size=data.size + 1), parse_options=options
         )
         if table.num_rows != len(idx):  # e.g. two objects in one value
             raise pa.ArrowInvalid(f"{table.num_rows} rows for {len(idx)} records")
@@ -228,7 +246,7 @@ class BatchDecoder:
         self._as_number[i] = m.group(3) == "number"
         return True
 
-    def _parse(self, values: Sequence[bytes | None], idx: list[int], single: list[int]) -> list[tuple[list[int], pa.Table]]:
+    def _parse(self, values: pa.BinaryArray, idx: list[int], single: list[int]) -> list[tuple[list[int], pa.Table]]:
         tries = len(self._as_number) + 1
         while True:
             try:
@@ -244,7 +262,7 @@ class BatchDecoder:
             return self._parse(values, idx[:half], single) + self._parse(values, idx[half:], single)
 
     # ------------------------------------------------------------------ changes
-    def _changes(self, parsed: pa.Table, idx: list[int], keys: Sequence[bytes | None], single: list[int]) -> list[tuple]:
+    def _changes(self, parsed: pa.Table, idx: list[int], keys: pa.BinaryArray, single: list[int]) -> list[tuple]:
         """(rows, kinds, record, order) pieces of the parsed records that pass every check;
         the others are added to ``single`` and left out of every piece."""
         records = pa.array(idx, pa.int64())
@@ -292,7 +310,7 @@ class BatchDecoder:
         return [tuple(piece)]
 
     def _convert(
-        self, rows: pa.Table, kinds: pa.Array, records: pa.Array, order: int, keys: Sequence[bytes | None]
+        self, rows: pa.Table, kinds: pa.Array, records: pa.Array, order: int, keys: pa.BinaryArray
     ) -> tuple[pa.Table, pa.Array, pa.Array, pa.Array, set[int]]:
         """Typed columns of read rows; the records whose values fail a check are returned
         as the last element (and dropped from the others)."""
@@ -322,9 +340,10 @@ class BatchDecoder:
         rejected = set(pc.filter(records, pc.invert(ok)).to_pylist())
         return (table.filter(ok), pc.filter(kinds, ok), pc.filter(records, ok), pa.array([order] * (n - len(rejected)), pa.int8()), rejected)
 
-    def _plain_keys(self, columns: list[pa.Array], records: pa.Array, keys: Sequence[bytes | None]) -> pa.Array:
+    def _plain_keys(self, columns: list[pa.Array], records: pa.Array, keys: pa.BinaryArray) -> pa.Array:
         """True where the record's Kafka key is absent or the plain JSON of the value's
         primary key (so the per-record decoder's key merge would add nothing)."""
+        record_keys = keys.take(records)
         texts = []
         for i in self.pk:
             t, col = self.types[i], columns[i]
@@ -334,7 +353,7 @@ class BatchDecoder:
                 plain = pc.match_substring_regex(col, _KEY_TEXT)
                 texts.append(pc.if_else(plain, pc.binary_join_element_wise('"', col, '"', ""), pa.scalar(None, pa.string())))
             else:
-                return pa.array([k is None for k in (keys[r] for r in records.to_pylist())])
+                return pc.is_null(record_keys)
         forms = []
         for sep, colon in ((",", ":"), (", ", ": ")):
             parts: list[Any] = ["{"]
@@ -344,11 +363,10 @@ class BatchDecoder:
             forms.append(pc.binary_join_element_wise(*parts, ""))
         if len(self.pk) == 1:
             forms.append(texts[0])
-        record_keys = [keys[r] for r in records.to_pylist()]
         try:
-            actual = pa.array(record_keys, pa.binary()).cast(pa.string())
+            actual = record_keys.cast(pa.string())
         except pa.ArrowInvalid:
-            return pa.array([k is None for k in record_keys])
+            return pc.is_null(record_keys)
         ok = pc.is_null(actual)
         for form in forms:
             ok = pc.or_(ok, pc.fill_null(pc.equal(actual, form), False))
@@ -356,13 +374,13 @@ class BatchDecoder:
 
     # ------------------------------------------------------------------ record by record
     def _one_by_one(
-        self, idx: list[int], keys: Sequence[bytes | None], values: Sequence[bytes | None], topic: str | None,
+        self, idx: list[int], keys: pa.BinaryArray, values: pa.BinaryArray, topic: str | None,
         dead: list[tuple[int, DecodeError]],
     ) -> tuple[pa.Table, pa.Array, pa.Array, pa.Array]:
         rows, kinds, records, order = [], [], [], []
         for i in idx:
             try:
-                changes = self.record_decoder.decode(keys[i], values[i], (), topic)
+                changes = self.record_decoder.decode(keys[i].as_py(), values[i].as_py(), (), topic)
             except DecodeError as err:
                 dead.append((i, err))
                 continue
@@ -397,6 +415,28 @@ def python_values(col: pa.Array) -> list[Any]:
     if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) and not col.null_count:
         return col.to_numpy(zero_copy_only=False).tolist()
     return col.to_pylist()
+
+
+def _binary(values: Sequence[bytes | None] | pa.Array | pa.ChunkedArray) -> pa.BinaryArray:
+    """Keys or values as one Arrow binary array."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return _array(values).cast(pa.binary())
+    return pa.array(values, pa.binary())
+
+
+def _lines(values: pa.BinaryArray) -> pa.Buffer:
+    """The values joined by newlines, as the JSON reader reads them: one buffer, built in
+    Arrow (large types: a batch's text may pass 2 GiB)."""
+    lists = pa.LargeListArray.from_arrays(pa.array([0, len(values)], pa.int64()), values.cast(pa.large_binary()))
+    return pc.binary_join(lists, pa.scalar(b"\n", pa.large_binary()))[0].as_buffer()
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -211,19 +211,19 @@ def decode_pass(
             batch, ended = without_end_rows(batch)
             if ended:  # a bounded source's end (``tidemark.spark.source``)
                 marks[src.table.name] = END_OF_INPUT
-            # without the timestamp column: a tz-aware datetime per record cost more than
-            # the JSON decode; only a dead letter needs it (filled in below)
-            columns = batch.drop_columns(["timestamp"]).to_pydict()
-            columns["timestamp"] = [None] * batch.num_rows
-            decoded = decode_columnar(columns, src, batch_id, decoders)
+            decoded = decode_columnar(batch, src, batch_id, decoders)
             if decoded is None:  # a format decoded record by record
+                # without the timestamp column: a tz-aware datetime per record cost more
+                # than the decode; only a dead letter needs it (filled in below)
+                columns = batch.drop_columns(["timestamp"]).to_pydict()
+                columns["timestamp"] = [None] * batch.num_rows
                 cs, b = split_decoded(decode_records(columns, {src.topic: src}, batch_id, decoders))
                 part = ChangeBatch.from_changes(cs)
+                if b:
+                    _fill_timestamps(b, columns, batch.column("timestamp"))
             else:
                 part, letters = decoded
                 b = split_decoded(letters)[1]
-            if b:
-                _fill_timestamps(b, columns, batch.column("timestamp"))
             bad.update(b)
             parts.append(observed(pre, part, marks))
         if bad:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -55,6 +55,9 @@ from pyspark.sql.types import StructType
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.catalog import TableDef
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SOURCE_NAME = "tidemark-kafka"
 SCHEMA = "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary"
@@ -643,12 +646,14 @@ def _extend_dead(
 
 
 def decode_columnar(
-    records: dict[str, list[Any]], src: SourceTable, batch_id: int, decoders: dict[str, Any]
+    records: pa.RecordBatch, src: SourceTable, batch_id: int, decoders: dict[str, Any]
 ) -> tuple[ChangeBatch, dict[str, list[Any]]] | None:
-    """One table's raw records (all of its topic) as a columnar ``ChangeBatch`` built
-    straight from the batch decoder's columns, and the ``decode_records`` outputs of its
-    bad records (still found record by record by the decoder); None when the table's
-    format has no batch decoder (``decode_records`` then)."""
+    """One table's raw records (all of its topic; the source's ``RAW_COLUMNS`` as Arrow
+    columns) as a columnar ``ChangeBatch`` built straight from the batch decoder's columns,
+    and the ``decode_records`` outputs of its bad records (still found record by record by
+    the decoder), their source timestamps included; None when the table's format has no
+    batch decoder (``decode_records`` then). Only a bad record's columns become Python
+    values."""
     import pyarrow as pa
 
     from tidemark.formats import decoder_for
@@ -659,22 +664,27 @@ def decode_columnar(
         decoder = decoders[src.topic] = batch_decoder_for(src.table, src.registry_url) or decoder_for(src.table, src.registry_url)
     if not isinstance(decoder, BatchDecoder):
         return None
-    decoded = decoder.decode(records["key"], records["value"], src.topic)
+    decoded = decoder.decode(records.column("key"), records.column("value"), src.topic)
     record = decoded.record
     n = len(record)
     positions = [
         pa.array([batch_id] * n, pa.int64()),
         pa.array([src.source_index] * n, pa.int64()),
-        pa.array(records["partition"], pa.int64()).take(record),
-        pa.array(records["offset"], pa.int64()).take(record),
+        records.column("partition").cast(pa.int64()).take(record),
+        records.column("offset").cast(pa.int64()).take(record),
     ]
     batch = ChangeBatch.from_arrow(decoded.rows, decoded.kinds, positions)
     out: dict[str, list[Any]] = {name: [] for name in _OUTPUT_NAMES}
-    source: list[int] = []
-    meta = {"table": src.table.name, "format": decoder.spec.name}
-    _extend_dead(out, source, decoded.dead, meta, src.topic, records)
-    for name in RAW_COLUMNS:
-        out[name] = [records[name][i] for i in source]
+    if decoded.dead:
+        bad = pa.array([i for i, _ in decoded.dead], pa.int64())
+        raw = {name: records.column(name).take(bad).to_pylist() for name in RAW_COLUMNS}
+        dead = [(j, err) for j, (_, err) in enumerate(decoded.dead)]  # indexes into ``raw``
+        source: list[int] = []
+        meta = {"table": src.table.name, "format": decoder.spec.name}
+        _extend_dead(out, source, dead, meta, src.topic, raw)
+        out.update(raw)
+    else:
+        out.update({name: [] for name in RAW_COLUMNS})
     return batch, out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,8 +38,14 @@ def per_record(decoder: Decoder, keys, values):
 
 
 def batched(decoder: BatchDecoder, keys, values):
-    out = decoder.decode(keys, values, "t")
-    return out.changes([(i,) for i in range(len(values))]), [(i, e.kind, e.reason) for i, e in out.dead]
+    """The decoder's output for the records as lists of bytes, checked equal to its output
+    for the same records as Arrow binary columns (how the Spark source hands them over)."""
+    results = []
+    for k, v in ((keys, values), (pa.array(keys, pa.binary()), pa.array(values, pa.binary()))):
+        out = decoder.decode(k, v, "t")
+        results.append((out.changes([(i,) for i in range(len(values))]), [(i, e.kind, e.reason) for i, e in out.dead]))
+    assert results[0] == results[1]
+    return results[0]
 
 
 def assert_same(fmt: str, keys, values, **options: str) -> None:
@@ -150,6 +157,16 @@ def test_keys_naming_a_column_in_another_case_decode_as_the_per_record_decoder_d
     values = [b'{"id": 1, "ID": 2}', b'{"ID": 3}', b'{"id": 4, "Amount": "1.5"}', b'{"id": 5, "amount": "1", "AMOUNT": null}',
               b'{"\\u0069d": 6}', b'{"id": 7, "s": "\\u0041"}']
     assert_same(fmt, [None] * len(values), values)
+
+
+def test_a_mixed_case_column_name_is_screened_in_every_record():
+    """With a column name that is not lowercase, a record without uppercase letters can
+    still name it in another case: every record is counted, not only the suspect ones."""
+    t = TableDef("t", [Column("id", parse_type("BIGINT")), Column("userName", parse_type("STRING"))], ("id",), {"format": "json"})
+    values = [b'{"id": 1, "userName": "a"}', b'{"id": 2, "username": "b"}', b'{"id": 3, "USERNAME": "c"}', b'{"id": 4}']
+    expected = per_record(Decoder(t), [None] * 4, values)
+    assert batched(BatchDecoder(t), [None] * 4, values) == expected
+    assert [c.row for c in expected[0]][0] == (1, "a")
 
 
 def test_one_bad_record_loses_no_good_one():
