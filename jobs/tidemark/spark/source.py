@@ -675,17 +675,11 @@ def decode_columnar(
     ]
     batch = ChangeBatch.from_arrow(decoded.rows, decoded.kinds, positions)
     out: dict[str, list[Any]] = {name: [] for name in _OUTPUT_NAMES}
-    if decoded.dead:
-        bad = pa.array([i for i, _ in decoded.dead], pa.int64())
-        raw = {name: records.column(name).take(bad).to_pylist() for name in RAW_COLUMNS}
-        dead = [(j, err) for j, (_, err) in enumerate(decoded.dead)]  # indexes into ``raw``
-        source: list[int] = []
-        meta = {"table": src.table.name, "format": decoder.spec.name}
-        _extend_dead(out, source, dead, meta, src.topic, raw)
-        out.update(raw)
-    else:
-        out.update({name: [] for name in RAW_COLUMNS})
-    return batch, out
+    bad = pa.array([i for i, _ in decoded.dead], pa.int64())
+    raw = {name: records.column(name).take(bad).to_pylist() for name in RAW_COLUMNS}
+    dead = [(j, err) for j, (_, err) in enumerate(decoded.dead)]  # indexes into ``raw``
+    _extend_dead(out, [], dead, {"table": src.table.name, "format": decoder.spec.name}, src.topic, raw)
+    return batch, {**out, **raw}
 
 
 def decode_stream(raw, tables: list[SourceTable]):
