@@ -204,7 +204,7 @@ class BatchDecoder:
         if any(n != n.lower() for n in self.names):
             return differ(text)
         suspect = pc.invert(pc.and_(pc.string_is_ascii(text), pc.equal(pc.ascii_lower(text), text)))
-        flags = pa.array([False] * len(text), pa.bool_())
+        flags = pa.repeat(False, len(text))
         if not suspect.true_count:
             return flags
         return pc.replace_with_mask(flags, suspect, differ(text.filter(suspect)))
