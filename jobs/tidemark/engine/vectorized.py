@@ -777,7 +777,8 @@ def _int_true_div(s: pl.Series) -> pl.Series:
 
 
 def _user_column(v: Typed) -> pl.Expr:
-    """A value as a UDF receives it: integers as Int64, DECIMAL as a decimal column."""
+    """A value as a UDF receives it: integers as Int64, DECIMAL as a decimal column (the
+    row path types its one-value arrays alike: ``tidemark.udf.argument_type``)."""
     if v.kind == "int":
         return v.expr.cast(pl.Int64)
     if v.kind == "dec":

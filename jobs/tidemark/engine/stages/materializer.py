@@ -98,7 +98,6 @@ from bisect import insort
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.changelog import Change, canonical_sorted, columns_of, diff_to_changes, sorted_ops
@@ -288,8 +287,8 @@ class SinkMaterializer:
         self.pk = tuple(pk)
         self.pk_names = tuple(pk_names)
         self.upsert_key = tuple(upsert_key) if upsert_key is not None else None
-        if self.upsert_key is not None and len(self.upsert_key) > 1:
-            self._uk_getter = itemgetter(*self.upsert_key)
+        if self.upsert_key is not None:
+            self._uk_getter = columns_of(self.upsert_key)
         self.key_of_row = columns_of(self.pk)  # row -> its sink PK values
         self.strategy = strategy
         self.ttl_ms = ttl_ms
@@ -305,11 +304,7 @@ class SinkMaterializer:
 
     def identity(self, row: tuple) -> tuple:
         """What a retraction must match: the upsert key's values, or the whole row."""
-        if self.upsert_key is None:
-            return row
-        if len(self.upsert_key) == 1:
-            return (row[self.upsert_key[0]],)
-        return self._uk_getter(row)
+        return row if self.upsert_key is None else self._uk_getter(row)
 
     def process_key(
         self, key: tuple, inputs: Sequence[list[Change]], state: Any, ctx: BatchContext
