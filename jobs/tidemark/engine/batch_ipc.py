@@ -64,6 +64,15 @@ def table_of(changes: Sequence[Change], schema: pa.Schema | None) -> pa.Table:
     return table
 
 
+def typed_table(batch: ChangeBatch, schema: pa.Schema | None) -> pa.Table:
+    """``batch`` as the table a blob of it carries: its columns as they stand when it is
+    columnar (never through ``Change`` tuples), else built from its changes; typed by
+    ``schema`` when the values fit it."""
+    if batch.is_columnar:
+        return typed(batch.table(), schema)
+    return table_of(batch.changes(), schema)
+
+
 def typed(table: pa.Table, schema: pa.Schema | None) -> pa.Table:
     """A batch table with its row columns named and typed by ``schema`` when its values
     fit it, else as it stands (module docstring)."""

@@ -5,8 +5,9 @@ state store per keyed stage (in plan order) whose values are that stage's stored
 (``tidemark.engine.state_codec``). A new plan can take the checkpoint over when it reads
 the same topics in the same order and every keyed stage is the same stage: same kind,
 same inputs (columns, types, changelog modes), same output columns and types, same
-configuration (keys, aggregates, join condition, conflict strategy, merge engine options)
-and same state format (``state_format``: a stage's state kind and version, so a checkpoint
+configuration (keys, aggregates, join condition, conflict strategy, merge engine options),
+run in the same operator (``fused_with``: two keyed stages on one key share one,
+``tidemark.engine.fusion``) and same state format (``state_format``: a stage's state kind and version, so a checkpoint
 written by a version that stored the stage differently is refused before the query starts,
 naming both formats; a record from before formats were recorded held pickled state). Everything else is stateless
 and may change: filters and projections that leave a keyed stage's inputs as they were,
@@ -26,6 +27,7 @@ from typing import Any
 
 from tidemark.engine import state_codec
 from tidemark.engine.errors import TidemarkError
+from tidemark.engine.fusion import fused_pairs
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.planner import Node
 
@@ -48,9 +50,9 @@ def _schema(node: Node) -> dict[str, Any]:
             "changelog_mode": node.changelog_mode}
 
 
-def _stateful_stage(pipeline: Pipeline, node: Node) -> dict[str, Any]:
+def _stateful_stage(pipeline: Pipeline, node: Node, fused_with: dict[int, int]) -> dict[str, Any]:
     detail = {k: v for k, v in node.detail.items() if k not in _PROSE_DETAIL}
-    return {
+    entry = {
         "stage": f"[{node.id}] {node.kind}",
         "kind": node.kind,
         "inputs": [_schema(pipeline.node(i)) for i in node.inputs],
@@ -58,6 +60,18 @@ def _stateful_stage(pipeline: Pipeline, node: Node) -> dict[str, Any]:
         "config": json.loads(json.dumps(detail, sort_keys=True, default=str)),
         "state_format": state_codec.format_of(node.stage),
     }
+    if node.id in fused_with:
+        other = pipeline.node(fused_with[node.id])
+        entry["fused_with"] = f"[{other.id}] {other.kind}"
+    return entry
+
+
+def _fused_with(pipeline: Pipeline) -> dict[int, int]:
+    """Each fused stage's partner (``tidemark.engine.fusion``), both ways."""
+    out: dict[int, int] = {}
+    for first, (second, _) in fused_pairs(pipeline).items():
+        out[first], out[second] = second, first
+    return out
 
 
 def fingerprint(pipeline: Pipeline) -> dict[str, Any]:
@@ -65,7 +79,8 @@ def fingerprint(pipeline: Pipeline) -> dict[str, Any]:
     the messages and for people reading the checkpoint)."""
     sources = [{"table": n.table, "topic": pipeline.tables[n.table].options.get("topic", n.table)}
                for n in pipeline.nodes if n.kind == "source" and n.table is not None]
-    stateful = [_stateful_stage(pipeline, n) for n in pipeline.nodes
+    fused_with = _fused_with(pipeline)
+    stateful = [_stateful_stage(pipeline, n, fused_with) for n in pipeline.nodes
                 if n.stage is not None and hasattr(n.stage, "process_key")]
     return {"version": FINGERPRINT_VERSION, "sql": pipeline.sql, "sources": sources, "stateful": stateful}
 
@@ -85,6 +100,9 @@ def incompatibilities(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         for part in ("inputs", "output", "config"):
             if before[part] != after[part]:
                 reasons.append(f"stage {after['stage']}: {part} changed: {_diff(before[part], after[part])}")
+        if before.get("fused_with") != after.get("fused_with"):
+            reasons.append(f"stage {after['stage']}: the checkpoint ran it in {_operator(before)}, "
+                           f"this version runs it in {_operator(after)} (state is kept per operator)")
         old_format = before.get("state_format", _UNRECORDED_FORMAT)
         if old_format != after["state_format"]:
             reasons.append(
@@ -92,6 +110,11 @@ def incompatibilities(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 f"this version stores {after['state_format']}"
             )
     return reasons
+
+
+def _operator(stage: dict[str, Any]) -> str:
+    partner = stage.get("fused_with")
+    return f"one operator with {partner}" if partner else "an operator of its own"
 
 
 def _kinds(stages: list[dict[str, Any]]) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.engine.catalog import TableDef
+from tidemark.engine.fusion import fused_pairs
 from tidemark.engine.planner import Node, Planner, format_key
 from tidemark.engine.sql import parse_script, too_deep
 
@@ -207,6 +208,10 @@ class Pipeline:
                 lines.append(f"      {text}")
         for target in self.sinks:
             lines.append(self._sink_policy_line(target))
+        for first, (second, _) in fused_pairs(self).items():
+            a, b = self.node(first), self.node(second)
+            lines.append(f"Fused: [{a.id}] {a.kind} and [{b.id}] {b.kind} share their key and run as one keyed "
+                         "operator (no shuffle between them)")
         lines.append(f"Compaction: {self.compaction_mode} (the micro-batch is the barrier)")
         if self.options:
             lines.append("Options: " + ", ".join(f"{k}={v}" for k, v in self.options.items()))

@@ -58,6 +58,7 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import PerKeyAdapter, batch_stage
 from tidemark.engine.errors import TidemarkError
+from tidemark.engine.fusion import FusedStage
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
 from tidemark.spark.event_clock import BucketClock, Watermarks, split_ticks, watermark_sources
 
@@ -102,14 +103,9 @@ def blob_rows(
     (``tidemark.engine.bucketing``); only a stage whose key is computed has ``key_of``
     called per change."""
     batch = changes if isinstance(changes, ChangeBatch) else ChangeBatch.from_changes(changes)
-    if batch.is_columnar:
-        table = batch_ipc.typed(batch.table(), schema)
-        if table.num_rows == 0:
-            return []
-    else:
-        if not batch.changes():
-            return []
-        table = batch_ipc.table_of(batch.changes(), schema)
+    if len(batch) == 0:
+        return []
+    table = batch_ipc.typed_table(batch, schema)
     if target is None:
         return [(0, 0, batch_ipc.encode(table))]
     stage, index = target
@@ -366,46 +362,60 @@ class _BucketRunner:
     emits by the downstream stage's bucket. Shared by both Spark operators so they differ
     only in how state and rows reach Python.
 
-    The stored value is written by ``tidemark.engine.state_codec``.
+    A ``FusedStage`` (``tidemark.engine.fusion``) runs its members one after the other,
+    each with its own stored state, the first one's output typed as its node's columns
+    (``fed_schema``) exactly as the blobs between two operators would carry it.
+
+    The stored values are written by ``tidemark.engine.state_codec``.
     """
 
     def __init__(
         self,
-        stage: KeyedStage,
+        stage: KeyedStage | FusedStage,
         accumulator: Any | None,
         downstream: Target,
         then: Sequence[StatelessStage] = (),
         schema: Any = None,
         buckets: int = DEFAULT_STATE_BUCKETS,
+        fed_schema: Any = None,
     ):
         self.stage = stage
-        self.driven = _driven(stage)
+        self.members: tuple[KeyedStage, ...] = stage.members if isinstance(stage, FusedStage) else (stage,)
+        self.driven = [_driven(m) for m in self.members]
         self.accumulator = accumulator
         self.downstream = downstream
         self.then = list(then)
         self.schema = schema
         self.buckets = buckets
+        self.fed_schema = fed_schema
 
-    def run(self, blobs: list[list[bytes]], stored: bytes | None, now_ms: int,
+    def run(self, blobs: list[list[bytes]], stored: Sequence[bytes | None], now_ms: int,
             watermarks: Watermarks | None = None) -> _Result:
         """``blobs``: the bucket's blobs per stage input (none for a timer call);
-        ``watermarks``: the batch's before and after its records (event-time stages)."""
+        ``stored``: each member's stored state; ``watermarks``: the batch's before and
+        after its records (event-time stages)."""
         inputs = [batch_ipc.decode_batch(bs) if bs else ChangeBatch.from_changes([]) for bs in blobs]
         try:  # a state in another format is reported as itself (StateFormatError)
-            state = state_codec.decode_state(self.stage, stored)
+            states = [state_codec.decode_state(m, s) for m, s in zip(self.members, stored)]
         except TidemarkError as err:
             raise StageFailure(err) from None
-        old_wakeup = _next_wakeup(self.driven, state)
-        ctx = BatchContext(batch_id=_batch_id(), now_ms=now_ms)
-        if watermarks is not None:
-            ctx.previous_watermarks, ctx.watermarks = watermarks
-        state, out = self.driven.process_batch(inputs, state, ctx)
-        if ctx.metrics and self.accumulator is not None:
-            self.accumulator.add(Counter({f"{self.stage.name}.{k}": v for k, v in ctx.metrics.items()}))
+        old_wakeup = _next_wakeup(self.driven[0], states[0])
+        batch_id = _batch_id()
+        out: ChangeBatch | None = None
+        for k, (member, driven) in enumerate(zip(self.members, self.driven)):
+            ctx = BatchContext(batch_id=batch_id, now_ms=now_ms)
+            if watermarks is not None:
+                ctx.previous_watermarks, ctx.watermarks = watermarks
+            own = inputs if len(self.members) == 1 else self.stage.member_inputs(k, inputs, out)
+            states[k], out = driven.process_batch(own, states[k], ctx)
+            if ctx.metrics and self.accumulator is not None:
+                self.accumulator.add(Counter({f"{member.name}.{n}": v for n, v in ctx.metrics.items()}))
+            if k < len(self.members) - 1 and len(out):
+                out = ChangeBatch.from_table(batch_ipc.typed_table(out, self.fed_schema))
         emitted = run_stateless(self.then, out)  # stateless stages fused into this pass (see run_keyed_stage)
-        new_stored = state_codec.encode_state(self.stage, state)
+        new_stored = [state_codec.encode_state(m, st) for m, st in zip(self.members, states)]
         rows = blob_rows(emitted, self.schema, self.downstream, self.buckets)
-        return _Result(new_stored, rows, old_wakeup, _next_wakeup(self.driven, state))
+        return _Result(new_stored, rows, old_wakeup, _next_wakeup(self.driven[0], states[0]))
 
 
 def _next_wakeup(driven: Any, state: Any) -> int | None:
@@ -419,7 +429,7 @@ def _next_wakeup(driven: Any, state: Any) -> int | None:
 
 
 class _Result(NamedTuple):
-    stored: bytes | None  # None: remove the bucket's state
+    stored: list[bytes | None]  # per member stage; None: remove the bucket's state
     rows: list[tuple]  # output rows, BLOB_SCHEMA column order
     old_wakeup: int | None  # the bucket's timer for the state read (``Bucket.next_wakeup``)
     new_wakeup: int | None  # the timer the new state needs
@@ -436,12 +446,13 @@ def _pandas_state_fn(runner: _BucketRunner):
 
     def fn(_bucket: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         old = state.get[0] if state.exists else None
-        res = runner.run(blobs_by_input(_pandas_pairs(pdfs), runner.stage.n_inputs), old, state.getCurrentProcessingTimeMs())
-        if res.stored is None:
+        res = runner.run(blobs_by_input(_pandas_pairs(pdfs), runner.stage.n_inputs), [old], state.getCurrentProcessingTimeMs())
+        stored = res.stored[0]
+        if stored is None:
             if old is not None:
                 state.remove()
-        elif res.stored != old:
-            state.update((res.stored,))
+        elif stored != old:
+            state.update((stored,))
         if res.rows:
             yield _frame(res.rows)
 
@@ -453,7 +464,8 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
     bucket, read once and written at most once per batch (each is a JVM round trip). With
     ``timers`` (stages that have ``wakeup_ms``) a bucket keeps one processing-time timer at
     its keys' earliest wakeup time, moved only when that time changes. An event-time stage's
-    bucket keeps its watermarks in a second value state (``event_clock.BucketClock``).
+    bucket keeps its watermarks in a second value state (``event_clock.BucketClock``). The
+    members of a fused stage (``tidemark.engine.fusion``) keep one value state each.
 
     Pandas rather than pyspark's row-based ``transformWithState``: that one converts every
     input cell with its own Arrow scalar and every output row through ``Row.asDict``;
@@ -462,19 +474,25 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
 
     n_inputs = runner.stage.n_inputs
     clocked = bool(watermark_sources(runner.stage))
+    # a single stage's value state keeps the name it has always had: checkpoints stay readable
+    state_names = ["stage", *(f"stage{k}" for k in range(1, len(runner.members)))]
 
     class StageProcessor(StatefulProcessor):
         def init(self, handle):
             self.handle = handle
-            self.state = handle.getValueState("stage", STATE_SCHEMA)
+            self.states = [handle.getValueState(name, STATE_SCHEMA) for name in state_names]
             self.clock = BucketClock(handle) if clocked else None
 
-        def _apply(self, old: bytes | None, res: _Result, fired: int | None = None):
-            if res.stored is None:
-                if old is not None:
-                    self.state.clear()
-            elif res.stored != old:
-                self.state.update((res.stored,))
+        def _stored(self) -> list[bytes | None]:
+            return [bytes(got[0]) if got is not None else None for got in (s.get() for s in self.states)]
+
+        def _apply(self, old: list[bytes | None], res: _Result, fired: int | None = None):
+            for state, before, after in zip(self.states, old, res.stored):
+                if after is None:
+                    if before is not None:
+                        state.clear()
+                elif after != before:
+                    state.update((after,))
             if timers and res.old_wakeup != res.new_wakeup:
                 # a fired timer is deleted by Spark after handleExpiredTimer
                 if res.old_wakeup is not None and res.old_wakeup != fired:
@@ -485,8 +503,7 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
                 yield _frame(res.rows)
 
         def handleInputRows(self, key, rows, timerValues):
-            got = self.state.get()
-            old = bytes(got[0]) if got is not None else None
+            old = self._stored()
             first = next(rows)  # a group always has at least one frame
             now = int(first["now_ms"].iloc[0])
             pairs = _pandas_pairs(itertools.chain([first], rows))
@@ -494,16 +511,15 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
             if self.clock is not None:
                 pairs, ticks = split_ticks(pairs)
                 marks = self.clock.tick(ticks)
-                if old is None and not pairs:  # only a tick, and no window open: nothing to fire
+                if old == [None] and not pairs:  # only a tick, and no window open: nothing to fire
                     return
             blobs = blobs_by_input(pairs, n_inputs)
             yield from self._apply(old, runner.run(blobs, old, now, marks))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-            got = self.state.get()
-            if got is None:
+            old = self._stored()
+            if old == [None]:
                 return
-            old = bytes(got[0])
             res = runner.run([[] for _ in range(n_inputs)], old, timerValues.getCurrentProcessingTimeInMs())
             yield from self._apply(old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
 
@@ -551,13 +567,14 @@ def has_timers(stage: KeyedStage) -> bool:
 
 def run_keyed_stage(
     inputs: Sequence[DataFrame],
-    stage: KeyedStage,
+    stage: KeyedStage | FusedStage,
     metrics: StageMetrics | None = None,
     downstream: Target = None,
     operator: str = DEFAULT_OPERATOR,
     then: Sequence[StatelessStage] = (),
     buckets: int = DEFAULT_STATE_BUCKETS,
     schema: Any = None,
+    fed_schema: Any = None,
 ) -> DataFrame:
     """Apply ``stage`` to streaming inputs of ``BLOB_SCHEMA`` rows split by its buckets
     (one DataFrame per stage input, from ``keyed_input`` or a previous stage's
@@ -572,6 +589,9 @@ def run_keyed_stage(
 
     ``buckets``: the state buckets of this stage and of ``downstream`` (module docstring);
     a restart from a checkpoint must use the count it was created with.
+
+    A ``FusedStage`` (two keyed stages on one key, ``tidemark.engine.fusion``) runs as one
+    operator; ``fed_schema`` is the Arrow schema of its first member's output.
 
     A stage with ``wakeup_ms`` gets processing-time timers. Spark then runs a (no-data)
     micro-batch at every trigger so timers can fire: such a query never looks idle to
@@ -595,8 +615,11 @@ def run_keyed_stage(
     df = inputs[0].select(*BLOB_COLUMNS)
     for other in inputs[1:]:
         df = df.unionByName(other.select(*BLOB_COLUMNS))
-    runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then, schema, buckets)
+    runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then, schema, buckets,
+                           fed_schema)
     if operator == "applyInPandasWithState":
+        if len(runner.members) > 1:
+            raise ValueError(f"stage '{stage.name}' is fused: only transformWithStateInPandas hosts it")
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         return df.groupBy("bucket").applyInPandasWithState(

@@ -45,6 +45,7 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
 from tidemark.engine.event_time import END_OF_INPUT
+from tidemark.engine.fusion import FusedStage, fused_pairs
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import StatelessStage
 from tidemark.engine import batch_ipc
@@ -302,6 +303,25 @@ def _is_keyed(stage: Any) -> bool:
     return stage is not None and hasattr(stage, "key_of")
 
 
+def _fused_output(pipeline: Pipeline, node: Any, firsts: dict[int, list[_Output]], outputs: dict[int, _Output],
+                  metrics: StageMetrics | None, buckets: int, schema: Any) -> _Output:
+    """The output of keyed ``node`` run in one operator with the keyed stage that feeds it
+    (``tidemark.engine.fusion``): the operator reads that stage's inputs, then ``node``'s
+    other inputs, each keyed for the member it goes to."""
+    fed = next(i for i, upstream in enumerate(node.inputs) if upstream in firsts)
+    first = pipeline.node(node.inputs[fed])
+    stage = FusedStage(first.stage, node.stage, fed)
+    upstream = [*firsts[first.id], *(outputs[i] for k, i in enumerate(node.inputs) if k != fed)]
+    fed_schema = batch_ipc.schema_of(first.columns, first.types)
+
+    def build(target: Target, pending: list, out_schema: Any) -> DataFrame:
+        inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
+        return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending, buckets=buckets,
+                               schema=out_schema, fed_schema=fed_schema)
+
+    return _Output(build, [], schema)
+
+
 def build_query_frame(
     spark: SparkSession,
     pipeline: Pipeline,
@@ -326,6 +346,9 @@ def build_query_frame(
     (``progress.records_read``)."""
     check_event_time(pipeline)
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
+    fused = fused_pairs(pipeline)
+    # a fused pair's first stage: its upstream outputs, taken by its consumer's operator
+    firsts: dict[int, list[_Output]] = {}
     outputs: dict[int, _Output] = {}
     sinks: dict[str, DataFrame] = {}
     for node in pipeline.nodes:
@@ -346,6 +369,10 @@ def build_query_frame(
             outputs[node.id] = _Output(build_source, [], schema)
         elif node.kind == "sink":
             sinks[node.table] = outputs[node.inputs[0]].changes()
+        elif node.id in fused:
+            firsts[node.id] = [outputs[i] for i in node.inputs]
+        elif _is_keyed(node.stage) and any(i in fused for i in node.inputs):
+            outputs[node.id] = _fused_output(pipeline, node, firsts, outputs, metrics, state_buckets, schema)
         elif _is_keyed(node.stage):
             stage = node.stage
             upstream = [outputs[i] for i in node.inputs]

@@ -271,6 +271,11 @@ class GroupAggregate:
         """The row columns the key is (``tidemark.engine.bucketing``)."""
         return self.group_by
 
+    def output_key_columns(self) -> tuple[int, ...]:
+        """Where the key lands in the emitted rows (``tidemark.engine.fusion``): an output
+        row starts with the group-by values."""
+        return tuple(range(len(self.group_by)))
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return self._key_getter(change.row)
 

@@ -97,6 +97,11 @@ class Normalize:
         """The row columns the key is (``tidemark.engine.bucketing``)."""
         return self.pk
 
+    def output_key_columns(self) -> tuple[int, ...]:
+        """Where the key lands in the emitted rows (``tidemark.engine.fusion``): rows keep
+        their columns, so where it was."""
+        return self.pk
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return self.key_of_row(change.row)
 
