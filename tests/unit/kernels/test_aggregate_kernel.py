@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
 from tidemark.engine.kernels.aggregate import AggregateKernel
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import AggCall, GroupAggregate
@@ -151,6 +151,16 @@ def run(name: str, *batches: list[Change]) -> list[list[tuple]]:
 
 def row(g, s=None, i=None, d=None, f=None) -> tuple:
     return (g, s, i, d, f)
+
+
+def test_kernel_on_unless_switched_off(monkeypatch):
+    stage = GroupAggregate((0,), [AggCall("SUM", 1)])
+    monkeypatch.delenv("TIDEMARK_AGGREGATE_KERNEL")
+    assert isinstance(batch_stage(stage), AggregateKernel)
+    assert state_codec.format_of(stage) == "group-aggregate/1"
+    monkeypatch.setenv("TIDEMARK_AGGREGATE_KERNEL", "0")
+    assert isinstance(batch_stage(stage), PerKeyAdapter)
+    assert state_codec.format_of(stage) == state_codec.FORMAT_PICKLED
 
 
 def test_new_group_existing_group_and_deleted_group():

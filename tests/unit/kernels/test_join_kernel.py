@@ -77,8 +77,10 @@ def test_the_kernel_is_what_the_stage_runs_and_its_state_is_typed():
     assert isinstance(batch_stage(Join("inner", (1,), (0,), 2, 2)), PerKeyAdapter)  # no schemas: per key
 
 
-def test_kernel_off_unless_asked_for(monkeypatch):
+def test_kernel_on_unless_switched_off(monkeypatch):
     monkeypatch.delenv(KERNEL_ENV)
+    assert isinstance(batch_stage(join("inner")), JoinKernel)
+    monkeypatch.setenv(KERNEL_ENV, "0")
     assert isinstance(batch_stage(join("inner")), PerKeyAdapter)
     assert state_codec.format_of(join("inner")) == state_codec.FORMAT_PICKLED
 

@@ -259,9 +259,10 @@ class GroupAggregate:
             return None
 
     def batch_kernel(self) -> Any:
-        """The stage under the batch contract (``driver.batch_stage``): the aggregate kernel
-        when ``TIDEMARK_AGGREGATE_KERNEL=1``, else the per-key path."""
-        if os.environ.get("TIDEMARK_AGGREGATE_KERNEL", "0") != "1":
+        """The stage under the batch contract (``driver.batch_stage``): the aggregate kernel,
+        unless ``TIDEMARK_AGGREGATE_KERNEL=0`` asks for the per-key path (it reads a
+        checkpoint written in the per-key format)."""
+        if os.environ.get("TIDEMARK_AGGREGATE_KERNEL", "1") == "0":
             return PerKeyAdapter(self)
         from tidemark.engine.kernels.aggregate import AggregateKernel
 

@@ -92,10 +92,11 @@ class Join:
 
     def batch_kernel(self) -> Any:
         """The batch kernel (``tidemark.engine.kernels.join``) when the input schemas are
-        known and ``TIDEMARK_JOIN_KERNEL`` is ``1``; else the per-key adapter."""
+        known, unless ``TIDEMARK_JOIN_KERNEL=0`` asks for the per-key adapter (it reads a
+        checkpoint written in the per-key format)."""
         from tidemark.engine.driver import PerKeyAdapter
 
-        if self.input_schemas is None or os.environ.get(KERNEL_ENV, "0") != "1":
+        if self.input_schemas is None or os.environ.get(KERNEL_ENV, "1") == "0":
             return PerKeyAdapter(self)
         from tidemark.engine.kernels.join import JoinKernel
 
