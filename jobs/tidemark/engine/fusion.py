@@ -35,6 +35,7 @@ from tidemark.engine.stage import KeyedStage, uses_timers
 if TYPE_CHECKING:
     from tidemark.engine.pipeline import Pipeline
 
+
 def output_key_columns(stage: Any) -> tuple[int, ...] | None:
     """Where ``stage``'s key lands in the rows it emits; None when no column set holds it
     for every output row."""
@@ -80,7 +81,7 @@ def fused_pairs(pipeline: Pipeline) -> dict[int, tuple[int, int]]:
             continue
         consumer_id, index = uses[0]
         consumer = pipeline.node(consumer_id)
-        if consumer_id in taken or consumer_id in pairs or not _hostable(consumer):
+        if consumer_id in taken or not _hostable(consumer):
             continue
         lands = output_key_columns(node.stage)
         if lands is None or lands != _key_columns(consumer.stage, index):
@@ -94,9 +95,8 @@ def fused_pairs(pipeline: Pipeline) -> dict[int, tuple[int, int]]:
 class FusedStage:
     """Keyed stage ``first`` feeding input ``fed`` of keyed stage ``second``, as one keyed
     stage for a host: its inputs are ``first``'s, then ``second``'s other inputs in order,
-    and each is keyed as the member it goes to keys it. Each member keeps its own state
-    (``states`` in ``members`` order); the host runs them one after the other per bucket
-    (``member_inputs``)."""
+    and each is keyed as the member it goes to keys it. Each member keeps its own state;
+    the host runs them one after the other per bucket (``member_inputs``)."""
 
     first: KeyedStage
     second: KeyedStage
