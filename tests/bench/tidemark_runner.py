@@ -39,7 +39,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -54,6 +53,7 @@ from typing import Any
 import psutil
 from confluent_kafka import Producer
 
+from tidemark.control.supervisor import terminate_group
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.pipeline import Pipeline, compile_sql
 from tidemark.kafka.admin import ensure_topics
@@ -232,14 +232,7 @@ def events(status: Path) -> list[dict[str, Any]]:
 
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        terminate_group(proc, timeout_s=60)
 
 
 # ---------------------------------------------------------------------------- one run

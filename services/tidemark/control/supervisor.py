@@ -1,7 +1,8 @@
 """Runs one pipeline's job as a child process and keeps it honest.
 
 The job is an argv list (the SQL travels in a file, never through a shell), started in
-its own process group so stopping it also stops the Spark JVM it spawned. Its stdout and
+its own process group so that nothing it spawned (the Spark JVM, Python workers) outlives
+it. Its stdout and
 stderr go to log files in the pipeline's directory (a pipe nobody drains would stall the
 job); its progress comes through the status file (``status_channel``). A job that exits
 non-zero is failed with its error; with ``restart`` it is started again after an
@@ -222,19 +223,38 @@ def stderr_tail(path: Path, start: int, n: int = STDERR_TAIL_LINES, max_bytes: i
 
 
 def terminate_group(proc: subprocess.Popen, timeout_s: float) -> None:
-    """SIGTERM the job's process group (Spark's JVM included), SIGKILL it after a grace."""
+    """Stop the job, then whatever of its process group outlived it.
+
+    SIGTERM goes to the job alone, never to the group: the job stops its query, letting a
+    batch in flight commit and report, and then Spark. The JVM is in the same group, and a
+    group-wide SIGTERM runs its shutdown hooks at once: the SparkContext stops under that
+    batch, whose commit then fails, and the job exits with an error having lost the
+    batch's report. The group gets SIGKILL after the grace, SIGTERM after a clean exit
+    (a member still shutting down)."""
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
+        proc.send_signal(signal.SIGTERM)
         proc.wait(timeout_s)
+        leftover = signal.SIGTERM
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        leftover = signal.SIGKILL
+    _signal_group(proc.pid, leftover)
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):  # the group is gone (or its pid reused)
+        pass
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def kill_stale_job(pid_file: Path, timeout_s: float = 10.0) -> None:
@@ -256,13 +276,9 @@ def kill_stale_job(pid_file: Path, timeout_s: float = 10.0) -> None:
         pid_file.unlink(missing_ok=True)
         return
     log.warning("stopping a job left behind by a previous control service: pid %d", pid)
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            time.sleep(0.1)
-        if Path(f"/proc/{pid}").exists():
-            os.killpg(pid, signal.SIGKILL)
+    try:  # like terminate_group, for a job that is not our child
+        os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
+    _signal_group(pid, signal.SIGTERM if _wait_gone(pid, timeout_s) else signal.SIGKILL)
     pid_file.unlink(missing_ok=True)
