@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5_000)
     args = ap.parse_args()
     print(f"{args.rows} rows, {args.keys} keys, batches of {args.batch}")
-    print(f"| scenario | rows/s | state bytes per PK (pickle, median) |")
+    print("| scenario | rows/s | state bytes per PK (pickle, median) |")
     print("|---|---:|---:|")
     for name, (options, retracts) in SCENARIOS.items():
         batches = workload(args.rows, args.keys, args.batch, retracts)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +23,6 @@ from tidemark.engine.stages.materializer import SinkMaterializer
 from tidemark.engine.stages.normalize import Normalize
 from tidemark.spark import keyed as K
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest_spark import spark_stream  # noqa: E402,F401  (until tests/conftest.py imports it)
 
 pytestmark = pytest.mark.integration
 

@@ -5,9 +5,7 @@ output equal to the per-key stage's in plain Python."""
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -21,8 +19,6 @@ from tidemark.engine.stages.normalize import Normalize
 from tidemark.engine.types import parse_type
 from tidemark.spark import keyed as K
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest_spark import spark_stream  # noqa: E402,F401
 
 pytestmark = pytest.mark.integration
 

@@ -289,17 +289,17 @@ def test_join_of_two_append_streams_is_append():
 
 
 def test_join_keys_rule_table():
-    l = frozenset({frozenset({0})})
-    r = frozenset({frozenset({0})})
+    lk = frozenset({frozenset({0})})
+    rk = frozenset({frozenset({0})})
     # join on both keys
-    assert join_keys("inner", l, r, frozenset({0}), frozenset({0}), 2) == {
+    assert join_keys("inner", lk, rk, frozenset({0}), frozenset({0}), 2) == {
         frozenset({0}), frozenset({2}), frozenset({0, 2})
     }
-    assert join_keys("left", l, r, frozenset({0}), frozenset({0}), 2) == {frozenset({0}), frozenset({0, 2})}
-    assert join_keys("right", l, r, frozenset({0}), frozenset({0}), 2) == {frozenset({2}), frozenset({0, 2})}
-    assert join_keys("full", l, r, frozenset({0}), frozenset({0}), 2) == {frozenset({0, 2})}
+    assert join_keys("left", lk, rk, frozenset({0}), frozenset({0}), 2) == {frozenset({0}), frozenset({0, 2})}
+    assert join_keys("right", lk, rk, frozenset({0}), frozenset({0}), 2) == {frozenset({2}), frozenset({0, 2})}
+    assert join_keys("full", lk, rk, frozenset({0}), frozenset({0}), 2) == {frozenset({0, 2})}
     # left joined on a non-key column: the left key is reordered, right key is unique
-    assert join_keys("inner", l, r, frozenset({1}), frozenset({0}), 2) == frozenset()
+    assert join_keys("inner", lk, rk, frozenset({1}), frozenset({0}), 2) == frozenset()
 
 
 # ------------------------------------------------------------------ sink decisions

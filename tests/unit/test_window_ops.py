@@ -13,7 +13,7 @@ import pytest
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.errors import PlanError, SqlError
+from tidemark.engine.errors import SqlError
 from tidemark.engine.pipeline import compile_sql
 from tidemark.engine.replay import ReplayHost
 from tidemark.engine.stage import BatchContext

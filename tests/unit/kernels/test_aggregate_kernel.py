@@ -30,21 +30,21 @@ from tidemark.engine.types import make_type
 # input row: (g BIGINT, s STRING, i BIGINT, d DECIMAL(10, 2), f DOUBLE)
 TYPES = [make_type("BIGINT"), make_type("STRING"), make_type("BIGINT"), make_type("DECIMAL", (10, 2)),
          make_type("DOUBLE")]
-G, S, I, D, F = range(5)
+G, S, INT, D, F = range(5)
 
-TOTALS = [AggCall("SUM", I), AggCall("COUNT_STAR"), AggCall("COUNT", S), AggCall("AVG", I), AggCall("SUM", D),
+TOTALS = [AggCall("SUM", INT), AggCall("COUNT_STAR"), AggCall("COUNT", S), AggCall("AVG", INT), AggCall("SUM", D),
           AggCall("SUM", F), AggCall("AVG", F)]
-EXTREMES = [AggCall("MIN", S), AggCall("MAX", I), AggCall("MIN", D), AggCall("COUNT_STAR")]
-DISTINCT = [AggCall("COUNT", S, distinct=True), AggCall("SUM", I, distinct=True), AggCall("AVG", F, distinct=True),
+EXTREMES = [AggCall("MIN", S), AggCall("MAX", INT), AggCall("MIN", D), AggCall("COUNT_STAR")]
+DISTINCT = [AggCall("COUNT", S, distinct=True), AggCall("SUM", INT, distinct=True), AggCall("AVG", F, distinct=True),
             AggCall("SUM", D, distinct=True), AggCall("COUNT_STAR")]
 STAGES = {
     "totals": ((G,), TOTALS),
     "extremes": ((G, S), EXTREMES),
     "distinct": ((G,), DISTINCT),
-    "last-value": ((G,), [AggCall("LAST_VALUE", I), AggCall("LAST_VALUE", S)]),
+    "last-value": ((G,), [AggCall("LAST_VALUE", INT), AggCall("LAST_VALUE", S)]),
     "decimal-avg": ((G,), [AggCall("AVG", D), AggCall("COUNT_STAR")]),
     "select-distinct": ((G, S), []),
-    "global": ((), [AggCall("SUM", I), AggCall("COUNT_STAR")]),
+    "global": ((), [AggCall("SUM", INT), AggCall("COUNT_STAR")]),
 }
 
 

@@ -18,7 +18,7 @@ from tidemark.engine.stages.merge.aggregators import MergeError, create
 
 def make(func: str, type_name: str | None = None, **field_options: str):
     return create(func, "f", type_name, {k.replace("_", "-"): v for k, v in field_options.items()},
-                  False, f"fields.f.aggregate-function")
+                  False, "fields.f.aggregate-function")
 
 
 def fold(agg, values):

@@ -233,15 +233,15 @@ def two_sided(draw):
 def join_oracle(kind: str, left: Counter, right: Counter, residual) -> Counter:
     out = Counter()
     matched_r: Counter = Counter()
-    for l, lw in left.items():
+    for lrow, lw in left.items():
         m = 0
         for r, rw in right.items():
-            if l[1] is not None and l[1] == r[0] and (residual is None or residual(l + r)):
-                out[l + r] += lw * rw
+            if lrow[1] is not None and lrow[1] == r[0] and (residual is None or residual(lrow + r)):
+                out[lrow + r] += lw * rw
                 m += rw
                 matched_r[r] += 1
         if m == 0 and kind in ("left", "full"):
-            out[l + (None, None)] += lw
+            out[lrow + (None, None)] += lw
     if kind in ("right", "full"):
         for r, rw in right.items():
             if matched_r[r] == 0:

@@ -159,7 +159,7 @@ class JoinPlanner(PlanGraph):
             self._delta_fallback[node.id] = (regular, node.changelog_mode, node.upsert_keys)
             node.changelog_mode = "upsert"
             # (left PK, right PK) identifies an output row; equal join columns may stand in for each other
-            same = {left.width + r: l for l, r in zip(lkeys, rkeys)}
+            same = {left.width + r: lk for lk, r in zip(lkeys, rkeys)}
             right_pk = [p + left.width for p in q.right.pk_positions]
             pairs = {Key(q.left.pk_positions) | Key(right_pk), Key(q.left.pk_positions) | Key(same.get(p, p) for p in right_pk)}
             node.upsert_keys = node.upsert_keys | pairs
