@@ -55,6 +55,7 @@ from confluent_kafka import Producer
 
 from tidemark.control.supervisor import terminate_group
 from tidemark.engine.catalog import TableDef
+from tidemark.engine.fusion import fused_pairs
 from tidemark.engine.pipeline import Pipeline, compile_sql
 from tidemark.kafka.admin import ensure_topics
 
@@ -340,9 +341,16 @@ def run_workload(
 def stage_state(pipeline: Pipeline, operators: list[dict[str, Any]]) -> dict[str, int]:
     """Name the stateful operators of a progress: Spark lists them top-down from the sink
     (measured: W2's first operator holds one key per sink row, its second one per join
-    key), i.e. the pipeline's keyed stages in reverse order. Empty when the counts differ
-    (a stage hosted without a state store, e.g. the delta join)."""
-    keyed = [n.stage.name for n in pipeline.nodes if n.stage is not None and hasattr(n.stage, "process_key")]
+    key), i.e. the pipeline's keyed operators in reverse order, where two fused stages are
+    one operator named ``first+second`` (``tidemark.engine.fusion``). Empty when the
+    counts differ (a stage hosted without a state store, e.g. the delta join)."""
+    pairs = fused_pairs(pipeline)
+    fed = {second for second, _ in pairs.values()}
+    keyed = [
+        f"{n.stage.name}+{pipeline.node(pairs[n.id][0]).stage.name}" if n.id in pairs else n.stage.name
+        for n in pipeline.nodes
+        if n.stage is not None and hasattr(n.stage, "process_key") and n.id not in fed
+    ]
     if len(keyed) != len(operators):
         return {}
     return {name: int(op["bytes"]) for name, op in zip(reversed(keyed), operators, strict=True)}
