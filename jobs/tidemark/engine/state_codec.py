@@ -48,10 +48,10 @@ _KIND = b"tidemark.state.kind"
 _VERSION = b"tidemark.state.version"
 
 
-#: above zstd's default level: a bucket is written once per batch that touches it and then
-#: kept (and copied by every checkpoint), so bytes stored matter more than encode time
-#: (docs/running.md, "State formats", has the measurement)
-_ZSTD_LEVEL = 15
+#: zstd's default level: a touched bucket is re-encoded whole at every batch, so encode time
+#: grows with the state; higher levels store fewer bytes at a throughput cost that
+#: docs/benchmarks.md ("The zstd level of stored state") measures. Any level reads back.
+_ZSTD_LEVEL = 3
 
 
 def _write_options() -> Any:
