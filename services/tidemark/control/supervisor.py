@@ -2,11 +2,11 @@
 
 The job is an argv list (the SQL travels in a file, never through a shell), started in
 its own process group so that nothing it spawned (the Spark JVM, Python workers) outlives
-it. Its stdout and
-stderr go to log files in the pipeline's directory (a pipe nobody drains would stall the
-job); its progress comes through the status file (``status_channel``). A job that exits
-non-zero is failed with its error; with ``restart`` it is started again after an
-exponential, capped backoff (tenacity), and the sleep is cut short by ``stop()``.
+it. Its stdout and stderr go to log files in the pipeline's directory (a pipe nobody
+drains would stall the job); its progress comes through the status file
+(``status_channel``). A job that exits non-zero is failed with its error; with ``restart``
+it is started again after an exponential, capped backoff (tenacity), and the sleep is cut
+short by ``stop()``.
 """
 
 from __future__ import annotations
