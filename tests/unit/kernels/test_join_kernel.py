@@ -78,7 +78,7 @@ def test_the_kernel_is_what_the_stage_runs_and_its_state_is_typed():
 
 
 def test_kernel_on_unless_switched_off(monkeypatch):
-    monkeypatch.delenv(KERNEL_ENV)
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
     assert isinstance(batch_stage(join("inner")), JoinKernel)
     monkeypatch.setenv(KERNEL_ENV, "0")
     assert isinstance(batch_stage(join("inner")), PerKeyAdapter)
