@@ -24,6 +24,7 @@ from decimal import Decimal
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -111,6 +112,41 @@ def sorted_by_key(table: pa.Table, key: Sequence[int]) -> pa.Table:
     if any(pa.types.is_nested(t) for t in keys.schema.types):  # Arrow does not sort these
         return table
     return table.take(pc.sort_indices(keys, sort_keys=[(f"k{i}", "ascending") for i in range(len(key))]))
+
+
+def rows_with_keys(rows: pa.Array | pa.ChunkedArray, key: Sequence[int], keys: pa.Table) -> pa.Array | None:
+    """A mask over the stored ``rows`` (a ``row`` column) of those whose fields at ``key``
+    are one of ``keys``' rows (one column per key field, any types that cast to the stored
+    ones); None when Arrow's equality might differ from the Python values' that the stage
+    keys its state by (floats: ``-0.0`` and NaN; pickled or nested fields), so that a caller
+    falls back to reading every row rather than miss one."""
+    import polars as pl
+
+    row = _one_chunk(rows)
+    stored = [row.field(j) for j in key]
+    if row.null_count or not all(_compares_as_python(c.type) for c in stored):
+        return None
+    names = [f"k{i}" for i in range(len(key))]
+    try:
+        wanted = pa.table([keys.column(i).cast(c.type) for i, c in enumerate(stored)], names=names)
+        index = (
+            pl.from_arrow(pa.table(stored, names=names))
+            .with_row_index("$r")
+            .join(pl.from_arrow(wanted).unique(), on=names, how="semi", nulls_equal=True)
+            .get_column("$r")
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pl.exceptions.PolarsError):
+        return None
+    mask = np.zeros(len(row), dtype=bool)
+    mask[index.to_numpy()] = True
+    return pa.array(mask)
+
+
+def _compares_as_python(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t)
+        or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_decimal(t)
+    )  # fmt: skip
 
 
 def _values_column(values: list[Any], t: SqlType | None) -> pa.Array:

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
 from tidemark.engine.errors import ConflictError
 from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer
+from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer, StoredRows
+from tidemark.engine.types import INT, STRING
 
 
 def sink(strategy: str, upsert_key=(1,), ttl_ms=None) -> SinkMaterializer:
@@ -196,3 +199,89 @@ def test_changes_arrow_cannot_type_run_per_key(rows, strategy):
     kernel, per_key = Host(MaterializerKernel(stage)), Host(PerKeyAdapter(stage))
     assert kernel.run(changes) == per_key.run(changes) != []
     assert kernel.visible_state() == per_key.visible_state()
+
+
+# ---------------------------------------------------------------------- state read per touched PK
+
+TYPED = (("id", INT), ("k", INT), ("v", STRING))
+
+
+class StoredHost(Host):
+    """The kernel with the state stored between batches, as the Spark host keeps it."""
+
+    def __init__(self, stage: SinkMaterializer) -> None:
+        super().__init__(MaterializerKernel(stage))
+        self.stage = stage
+        self.stored: bytes | None = None
+
+    def run(self, changes: list[Change], now_ms: int = 0) -> list[tuple]:
+        self.bucket = state_codec.decode_state(self.stage, self.stored)
+        out = super().run(changes, now_ms)
+        self.stored = state_codec.encode_state(self.stage, self.bucket)
+        return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    strategy=st.sampled_from(["DEDUPLICATE", "NOTHING", "ERROR"]),
+    upsert_key=st.sampled_from([None, (1,)]),
+    ttl_ms=st.sampled_from([None, 3]),
+    batches=batches,
+)
+def test_stored_state_read_per_touched_pk_equals_the_whole_state(strategy, upsert_key, ttl_ms, batches):
+    """Reading only the PKs a batch touches (``StoredRows.load``) emits and stores exactly
+    what reading the whole state does: same output, same bytes."""
+    stage = SinkMaterializer("t", (0,), ("id",), upsert_key, strategy, ttl_ms, columns=TYPED)
+    lazy, whole = StoredHost(stage), Host(MaterializerKernel(stage))
+    now = 0
+    for i, (changes, advance) in enumerate(batches):
+        now += advance
+        changes = [Change(x.kind, x.row, (i, *x.pos)) for x in changes]
+        got, want = lazy.run(changes, now), whole.run(changes, now)
+        assert got == want
+        if want and want[0][0] == "error":
+            return
+        assert lazy.stored == state_codec.encode_state(stage, whole.bucket)
+        assert lazy.metrics == whole.metrics
+
+
+def test_a_batch_reads_only_the_pks_it_touches():
+    stage = SinkMaterializer("t", (0,), ("id",), (1,), "NOTHING", columns=TYPED)
+    host = StoredHost(stage)
+    host.run([c("+I", pk, 10, "a", pos=pk) for pk in range(5)])
+    bucket = state_codec.decode_state(stage, host.stored)
+    assert isinstance(bucket, StoredRows)
+    out = MaterializerKernel(stage).process_batch([ChangeBatch(changes=[c("+I", 3, 11, "b", pos=9)])], bucket, BatchContext())[1]
+    # the other PK's rows stay as stored; a new row for PK 3 replaces nothing: NOTHING keeps the first
+    assert [(x.kind, x.row) for x in out.changes()] == []
+    assert list(bucket.unread.column("row").to_pylist()) == [{"id": i, "k": 10, "v": "a"} for i in (0, 1, 2, 4)]
+    assert list(bucket.states) == [(3,)]
+    assert bucket.states[(3,)].row == (3, 10, "a")
+
+
+def test_a_bucket_not_loaded_reads_every_row():
+    """The per-key adapter does not load: it sees the whole state."""
+    stage = SinkMaterializer("t", (0,), ("id",), (1,), "DEDUPLICATE", columns=TYPED)
+    host = StoredHost(stage)
+    host.run([c("+I", pk, 10, "a", pos=pk) for pk in range(3)])
+    bucket = state_codec.decode_state(stage, host.stored)
+    assert sorted(bucket.states) == [(0,), (1,), (2,)]
+    assert bucket.unread is None
+
+
+@pytest.mark.parametrize(
+    "stored, keys, want",
+    [
+        (pa.array([1, 2, 3, None], pa.int64()), pa.array([3, None, 7], pa.int32()), [False, False, True, True]),
+        (pa.array(["a", "b"]), pa.array(["b"], pa.large_string()), [False, True]),
+        (pa.array([1.0, -0.0]), pa.array([0.0]), None),  # -0.0 and 0.0: Python's equality, not Arrow's
+        (pa.array([b"x"], pa.large_binary()), pa.array([b"x"], pa.large_binary()), None),  # pickled values
+        (pa.array([1, 300]), pa.array([1, 300], pa.int64()).cast(pa.int16()), [True, True]),
+    ],
+)
+def test_rows_with_keys(stored, keys, want):
+    from tidemark.engine.state_tables import rows_with_keys
+
+    rows = pa.StructArray.from_arrays([stored, pa.array(range(len(stored)))], names=["id", "n"])
+    got = rows_with_keys(rows, (0,), pa.table([keys], names=["id"]))
+    assert (got.to_pylist() if got is not None else None) == want

@@ -43,7 +43,7 @@ from tidemark.engine.batch_columns import sorted_table
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.materializer import SinkMaterializer
+from tidemark.engine.stages.materializer import SinkMaterializer, StoredRows
 
 #: below this many changes a call costs less per key than the kernel's fixed polars cost
 #: (docs/running.md, "The sink materializer's batch kernel": the Spark host calls it once per
@@ -83,6 +83,10 @@ class MaterializerKernel:
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
+        if isinstance(state, StoredRows):
+            keys = self._pk_columns(batch)
+            if keys is not None:
+                state.load(keys)
         if len(changes) < self.min_changes:
             return self._per_key.process_batch(inputs, state, ctx)
         try:
@@ -107,6 +111,15 @@ class MaterializerKernel:
                 states[key] = new_state
             emitted.extend(out)
         return state, ChangeBatch(changes=emitted)
+
+    def _pk_columns(self, batch: ChangeBatch) -> pa.Table | None:
+        """The batch's PK columns, which ``StoredRows.load`` reads the state of (None: values
+        Arrow cannot type, so the whole state is read)."""
+        try:
+            table = batch.table()
+        except _NOT_TABULAR:
+            return None
+        return table.select(list(self.stage.pk))
 
     def _ops_per_key(self, table: pa.Table) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(one row per touched PK in arrival order of the PKs: the PK's first change, the

@@ -96,7 +96,7 @@ from __future__ import annotations
 import os
 from bisect import insort
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -261,6 +261,83 @@ class ActiveRows:
         self.nodes[ident] = node
 
 
+class StoredRows(Bucket):
+    """A materializer bucket read back from its stored table, whose PKs become Python state
+    (``ActiveRows``, ``CurrentRow``) only when a batch touches them.
+
+    Why: turning every stored PK into Python objects and back at every batch made the
+    stage's cost grow with its state rather than with its batch. ``load`` reads the PKs a
+    batch holds and keeps the other rows as stored; ``state_to_table`` writes those back as
+    they are. A caller that does not ``load`` first (the per-key adapter, tests) reads every
+    row at its first use of ``states``, so it always sees the whole state."""
+
+    def __init__(self, stage: SinkMaterializer, table: pa.Table) -> None:
+        self.due: dict = {}
+        self._stage = stage
+        self._unread: pa.Table | None = table
+        self._states: dict[tuple, Any] | None = None
+
+    @property
+    def states(self) -> dict[tuple, Any]:  # type: ignore[override]
+        if self._states is None:
+            self._states = self._stage._states_of(self._unread)
+            self._unread = None
+        return self._states
+
+    @states.setter
+    def states(self, value: dict[tuple, Any]) -> None:
+        self._states, self._unread = value, None
+
+    @property
+    def unread(self) -> pa.Table | None:
+        """The stored rows not read into ``states`` (None: every row was read)."""
+        return self._unread
+
+    @property
+    def read(self) -> bool:
+        """Whether any stored row was read into ``states`` (or ``states`` was replaced)."""
+        return self._states is not None
+
+    def load(self, keys: pa.Table) -> None:
+        """Read the stored rows of the PKs in ``keys`` (a column per PK column, in the PK's
+        order) into ``states``; a bucket already read, or keys that cannot be matched by
+        value (``state_tables.rows_with_keys``), are left to be read whole."""
+        import pyarrow.compute as pc
+
+        from tidemark.engine import state_tables as T
+
+        if self._states is not None:
+            return
+        mask = T.rows_with_keys(self._unread.column("row"), self._stage.pk, keys)
+        if mask is None:
+            return
+        self._states = self._stage._states_of(self._unread.filter(mask))
+        self._unread = self._unread.filter(pc.invert(mask))
+
+
+_STORED_COLUMNS = ("row", "pos", "copies", "dropped", "touched_ms")
+
+
+def _concat_stored(unread: pa.Table, written: pa.Table) -> pa.Table | None:
+    """The two parts of a bucket's stored table as one, with a ``dropped`` column only if a
+    row has dropped copies (as ``SinkMaterializer._table_of`` writes it); None when their
+    columns are typed differently."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = [unread.replace_schema_metadata(None), written]
+    if any("dropped" in p.column_names for p in parts):
+        parts = [p if "dropped" in p.column_names else p.append_column("dropped", pa.array([0] * p.num_rows, pa.int64())) for p in parts]
+    names = [c for c in _STORED_COLUMNS if c in parts[0].column_names]
+    try:
+        merged = pa.concat_tables([p.select(names) for p in parts]).combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError):
+        return None
+    if "dropped" in names and not pc.any(pc.not_equal(merged.column("dropped"), 0)).as_py():
+        merged = merged.drop_columns(["dropped"])
+    return merged
+
+
 class SinkMaterializer:
     n_inputs = 1
 
@@ -352,10 +429,27 @@ class SinkMaterializer:
         return Bucket()
 
     def state_to_table(self, bucket: Bucket) -> pa.Table:
-        """One row per active row (module docstring, "Stored state"); the PK is the row's."""
+        """One row per active row (module docstring, "Stored state"); the PK is the row's.
+        A ``StoredRows`` bucket's unread rows are written back as they were read."""
         from tidemark.engine import state_tables as T
 
-        states = bucket.states.values()
+        if not isinstance(bucket, StoredRows) or bucket.unread is None:
+            return self._table_of(bucket.states.values())
+        if not bucket.read:
+            return bucket.unread
+        merged = _concat_stored(bucket.unread, self._table_of(bucket.states.values()))
+        if merged is None:  # the parts typed a column differently (a pickled value): read all
+            states = self._states_of(bucket.unread)
+            states.update(bucket.states)
+            return self._table_of(states.values())
+        return T.sorted_by_key(merged, self.pk)
+
+    def state_from_table(self, table: pa.Table) -> Bucket:
+        return StoredRows(self, table)
+
+    def _table_of(self, states: Iterable[Any]) -> pa.Table:
+        from tidemark.engine import state_tables as T
+
         cols: dict[str, Any] = {}
         if self.strategy == "DEDUPLICATE":
             nodes = [(st, node) for st in states for node in st.in_order()]
@@ -365,17 +459,18 @@ class SinkMaterializer:
             cols["copies"] = T.position_lists_column(copies)
             touched = [st.touched_ms for st, _ in nodes]
         else:
-            rows = [st.row for st in states]
-            dropped = [st.dropped for st in states]
+            current = list(states)
+            rows = [st.row for st in current]
+            dropped = [st.dropped for st in current]
             if any(dropped):  # almost always 0: a bucket without any does not store them
                 cols["dropped"] = T.ints_column(dropped)
-            touched = [st.touched_ms for st in states]
+            touched = [st.touched_ms for st in current]
         if self.ttl_ms is not None:  # without a TTL nothing reads it: not stored
             cols["touched_ms"] = T.ints_column(touched)
         width = len(rows[0]) if rows else len(self.columns or ())
         return T.sorted_by_key(T.table({"row": T.rows_column(rows, width, self.columns), **cols}), self.pk)
 
-    def state_from_table(self, table: pa.Table) -> Bucket:
+    def _states_of(self, table: pa.Table) -> dict[tuple, Any]:
         from tidemark.engine import state_tables as T
 
         rows = T.rows_of(table.column("row"))
@@ -395,7 +490,7 @@ class SinkMaterializer:
             dropped = table.column("dropped").to_pylist() if "dropped" in table.column_names else [0] * len(rows)
             for row, t, d in zip(rows, touched, dropped):
                 states[self.key_of_row(row)] = CurrentRow(row, t, d)
-        return Bucket(states)
+        return states
 
     def _deduplicate(self, ops, st: ActiveRows | None, pos: tuple, ctx: BatchContext):
         """One record at a time against the state, as Flink's SinkUpsertMaterializer."""
