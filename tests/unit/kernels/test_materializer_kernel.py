@@ -9,6 +9,7 @@ same metrics and fail with the same error. The literal cases are in the style of
 from __future__ import annotations
 
 from collections import Counter
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -23,7 +24,7 @@ from tidemark.engine.errors import ConflictError
 from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer, StoredRows
-from tidemark.engine.types import INT, STRING
+from tidemark.engine.types import INT, STRING, make_type
 
 
 def sink(strategy: str, upsert_key=(1,), ttl_ms=None) -> SinkMaterializer:
@@ -285,3 +286,16 @@ def test_rows_with_keys(stored, keys, want):
     rows = pa.StructArray.from_arrays([stored, pa.array(range(len(stored)))], names=["id", "n"])
     got = rows_with_keys(rows, (0,), pa.table([keys], names=["id"]))
     assert (got.to_pylist() if got is not None else None) == want
+
+
+def test_rows_typed_differently_from_the_stored_ones_read_the_whole_bucket():
+    """A DECIMAL of another scale is stored pickled (``state_tables``): the written rows and
+    the unread ones then differ in type, and the bucket is written as a whole read gives it."""
+    stage = SinkMaterializer("t", (0,), ("id",), (0,), "NOTHING", columns=(("id", INT), ("d", make_type("DECIMAL", (10, 2)))))
+    lazy, whole = StoredHost(stage), Host(MaterializerKernel(stage))
+    for changes in ([c("+I", 1, Decimal("1.10"), pos=1)], [c("+I", 2, Decimal("1.5"), pos=2)]):
+        assert lazy.run(changes) == whole.run(changes)
+        assert lazy.stored == state_codec.encode_state(stage, whole.bucket)
+    assert state_codec.decode_state(stage, lazy.stored).states == {
+        (1,): CurrentRow((1, Decimal("1.10")), 0, 0), (2,): CurrentRow((2, Decimal("1.5")), 0, 0),
+    }
