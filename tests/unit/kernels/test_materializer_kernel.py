@@ -23,7 +23,8 @@ from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
 from tidemark.engine.errors import ConflictError
 from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer, StoredRows
+from tidemark.engine.kernels.table_bucket import TableBucket
+from tidemark.engine.stages.materializer import ActiveRows, CurrentRow, SinkMaterializer
 from tidemark.engine.types import INT, STRING, make_type
 
 
@@ -230,7 +231,7 @@ class StoredHost(Host):
     batches=batches,
 )
 def test_stored_state_read_per_touched_pk_equals_the_whole_state(strategy, upsert_key, ttl_ms, batches):
-    """Reading only the PKs a batch touches (``StoredRows.load``) emits and stores exactly
+    """Reading only the PKs a batch touches (``SinkMaterializer.read_keys``) emits and stores exactly
     what reading the whole state does: same output, same bytes."""
     stage = SinkMaterializer("t", (0,), ("id",), upsert_key, strategy, ttl_ms, columns=TYPED)
     lazy, whole = StoredHost(stage), Host(MaterializerKernel(stage))
@@ -251,7 +252,7 @@ def test_a_batch_reads_only_the_pks_it_touches():
     host = StoredHost(stage)
     host.run([c("+I", pk, 10, "a", pos=pk) for pk in range(5)])
     bucket = state_codec.decode_state(stage, host.stored)
-    assert isinstance(bucket, StoredRows)
+    assert isinstance(bucket, TableBucket)
     out = MaterializerKernel(stage).process_batch([ChangeBatch(changes=[c("+I", 3, 11, "b", pos=9)])], bucket, BatchContext())[1]
     # the other PK's rows stay as stored; a new row for PK 3 replaces nothing: NOTHING keeps the first
     assert [(x.kind, x.row) for x in out.changes()] == []

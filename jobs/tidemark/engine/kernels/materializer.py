@@ -43,7 +43,8 @@ from tidemark.engine.batch_columns import sorted_table
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.materializer import SinkMaterializer, StoredRows
+from tidemark.engine.kernels.table_bucket import TableBucket
+from tidemark.engine.stages.materializer import SinkMaterializer
 
 #: below this many changes a call costs less per key than the kernel's fixed polars cost
 #: (docs/running.md, "The sink materializer's batch kernel": the Spark host calls it once per
@@ -83,10 +84,10 @@ class MaterializerKernel:
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
-        if isinstance(state, StoredRows):
+        if isinstance(state, TableBucket) and state.table is not None:
             keys = self._pk_columns(batch)
             if keys is not None:
-                state.load(keys)
+                self.stage.read_keys(state, keys)
         if len(changes) < self.min_changes:
             return self._per_key.process_batch(inputs, state, ctx)
         try:
@@ -113,7 +114,7 @@ class MaterializerKernel:
         return state, ChangeBatch(changes=emitted)
 
     def _pk_columns(self, batch: ChangeBatch) -> pa.Table | None:
-        """The batch's PK columns, which ``StoredRows.load`` reads the state of (None: values
+        """The batch's PK columns, which ``SinkMaterializer.read_keys`` reads the state of (None: values
         Arrow cannot type, so the whole state is read)."""
         try:
             table = batch.table()

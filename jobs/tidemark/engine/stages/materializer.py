@@ -261,60 +261,6 @@ class ActiveRows:
         self.nodes[ident] = node
 
 
-class StoredRows(Bucket):
-    """A materializer bucket read back from its stored table, whose PKs become Python state
-    (``ActiveRows``, ``CurrentRow``) only when a batch touches them.
-
-    Why: turning every stored PK into Python objects and back at every batch made the
-    stage's cost grow with its state rather than with its batch. ``load`` reads the PKs a
-    batch holds and keeps the other rows as stored; ``state_to_table`` writes those back as
-    they are. A caller that does not ``load`` first (the per-key adapter, tests) reads every
-    row at its first use of ``states``, so it always sees the whole state."""
-
-    def __init__(self, stage: SinkMaterializer, table: pa.Table) -> None:
-        self.due: dict = {}
-        self._stage = stage
-        self._unread: pa.Table | None = table
-        self._states: dict[tuple, Any] | None = None
-
-    @property
-    def states(self) -> dict[tuple, Any]:  # type: ignore[override]
-        if self._states is None:
-            self._states = self._stage._states_of(self._unread)
-            self._unread = None
-        return self._states
-
-    @states.setter
-    def states(self, value: dict[tuple, Any]) -> None:
-        self._states, self._unread = value, None
-
-    @property
-    def unread(self) -> pa.Table | None:
-        """The stored rows not read into ``states`` (None: every row was read)."""
-        return self._unread
-
-    @property
-    def read(self) -> bool:
-        """Whether any stored row was read into ``states`` (or ``states`` was replaced)."""
-        return self._states is not None
-
-    def load(self, keys: pa.Table) -> None:
-        """Read the stored rows of the PKs in ``keys`` (a column per PK column, in the PK's
-        order) into ``states``; a bucket already read, or keys that cannot be matched by
-        value (``state_tables.rows_with_keys``), are left to be read whole."""
-        import pyarrow.compute as pc
-
-        from tidemark.engine import state_tables as T
-
-        if self._states is not None:
-            return
-        mask = T.rows_with_keys(self._unread.column("row"), self._stage.pk, keys)
-        if mask is None:
-            return
-        self._states = self._stage._states_of(self._unread.filter(mask))
-        self._unread = self._unread.filter(pc.invert(mask))
-
-
 _STORED_COLUMNS = ("row", "pos", "copies", "dropped", "touched_ms")
 
 
@@ -430,13 +376,14 @@ class SinkMaterializer:
 
     def state_to_table(self, bucket: Bucket) -> pa.Table:
         """One row per active row (module docstring, "Stored state"); the PK is the row's.
-        A ``StoredRows`` bucket's unread rows are written back as they were read."""
+        A stored bucket's unread rows (``read_keys``) are written back as they were read."""
         from tidemark.engine import state_tables as T
+        from tidemark.engine.kernels.table_bucket import TableBucket
 
-        if not isinstance(bucket, StoredRows) or bucket.unread is None:
+        if not isinstance(bucket, TableBucket) or bucket.unread is None:
             return self._table_of(bucket.states.values())
-        if not bucket.read:
-            return bucket.unread
+        if bucket.table is not None:  # nothing read
+            return bucket.table
         merged = _concat_stored(bucket.unread, self._table_of(bucket.states.values()))
         if merged is None:  # the parts typed a column differently (a pickled value): read all
             states = self._states_of(bucket.unread)
@@ -445,7 +392,24 @@ class SinkMaterializer:
         return T.sorted_by_key(merged, self.pk)
 
     def state_from_table(self, table: pa.Table) -> Bucket:
-        return StoredRows(self, table)
+        from tidemark.engine.kernels.table_bucket import TableBucket
+
+        return TableBucket(table, self._states_of)
+
+    def read_keys(self, bucket: Bucket, keys: pa.Table) -> None:
+        """Read into a stored bucket (``TableBucket``) only the PKs in ``keys`` (a column per
+        PK column, in the PK's order), the others staying stored. Why: turning every stored
+        PK into Python state and back at every batch made the stage's cost grow with its
+        state rather than with its batch. A bucket already read, or keys that cannot be
+        matched by value (``state_tables.rows_with_keys``), are read whole on first use."""
+        from tidemark.engine import state_tables as T
+        from tidemark.engine.kernels.table_bucket import TableBucket
+
+        if not isinstance(bucket, TableBucket) or bucket.table is None:
+            return
+        mask = T.rows_with_keys(bucket.table.column("row"), self.pk, keys)
+        if mask is not None:
+            bucket.read_rows(mask)
 
     def _table_of(self, states: Iterable[Any]) -> pa.Table:
         from tidemark.engine import state_tables as T
