@@ -88,6 +88,16 @@ change = st.builds(
 batches = st.lists(st.tuples(st.lists(change, max_size=12), st.integers(0, 4)), min_size=1, max_size=5)
 
 
+def _in_time(batches: list[tuple[list[Change], int]]) -> list[tuple[list[Change], int]]:
+    """Each drawn batch with its clock (the advances summed) and its positions prefixed by
+    the batch's index: positions grow across batches, as a source's offsets do."""
+    out, now = [], 0
+    for i, (changes, advance) in enumerate(batches):
+        now += advance
+        out.append(([Change(x.kind, x.row, (i, *x.pos)) for x in changes], now))
+    return out
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     strategy=st.sampled_from(["DEDUPLICATE", "NOTHING", "ERROR"]),
@@ -99,11 +109,7 @@ def test_kernel_equals_per_key_stage(strategy, upsert_key, ttl_ms, batches):
     stage = sink(strategy, upsert_key, ttl_ms)
     kernel, per_key = Host(MaterializerKernel(stage)), Host(PerKeyAdapter(stage))
     spark = Host(MaterializerKernel(stage), groups=True)  # the Spark host's batches
-    now = 0
-    for i, (changes, advance) in enumerate(batches):
-        now += advance
-        # positions grow across batches, as a source's offsets do
-        changes = [Change(x.kind, x.row, (i, *x.pos)) for x in changes]
+    for changes, now in _in_time(batches):
         got, want = kernel.run(changes, now), per_key.run(changes, now)
         assert got == want
         assert spark.run(changes, now) == want
@@ -235,10 +241,7 @@ def test_stored_state_read_per_touched_pk_equals_the_whole_state(strategy, upser
     what reading the whole state does: same output, same bytes."""
     stage = SinkMaterializer("t", (0,), ("id",), upsert_key, strategy, ttl_ms, columns=TYPED)
     lazy, whole = StoredHost(stage), Host(MaterializerKernel(stage))
-    now = 0
-    for i, (changes, advance) in enumerate(batches):
-        now += advance
-        changes = [Change(x.kind, x.row, (i, *x.pos)) for x in changes]
+    for changes, now in _in_time(batches):
         got, want = lazy.run(changes, now), whole.run(changes, now)
         assert got == want
         if want and want[0][0] == "error":

@@ -42,8 +42,8 @@ from tidemark.engine.batch import WEIGHT, ChangeBatch
 from tidemark.engine.batch_columns import sorted_table
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
-from tidemark.engine.stage import BatchContext
 from tidemark.engine.kernels.table_bucket import TableBucket
+from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.materializer import SinkMaterializer
 
 #: below this many changes a call costs less per key than the kernel's fixed polars cost

@@ -273,7 +273,7 @@ def _concat_stored(unread: pa.Table, written: pa.Table) -> pa.Table | None:
 
     parts = [unread.replace_schema_metadata(None), written]
     if any("dropped" in p.column_names for p in parts):
-        parts = [p if "dropped" in p.column_names else p.append_column("dropped", pa.array([0] * p.num_rows, pa.int64())) for p in parts]
+        parts = [p if "dropped" in p.column_names else p.append_column("dropped", pa.repeat(pa.scalar(0, pa.int64()), p.num_rows)) for p in parts]
     names = [c for c in _STORED_COLUMNS if c in parts[0].column_names]
     try:
         merged = pa.concat_tables([p.select(names) for p in parts]).combine_chunks()
