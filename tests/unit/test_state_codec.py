@@ -1,6 +1,7 @@
 """The stored form of a keyed stage's bucket state (``tidemark.engine.state_codec``): typed,
-versioned Arrow for the materializer, normalize and the merge engine, typed by the planner's
-column types; a stored value of another format is refused naming both formats."""
+versioned tables for the materializer, normalize and the merge engine, typed by the planner's
+column types, in a Parquet file (an Arrow IPC stream where Parquet cannot hold the table); a
+stored value of another format is refused naming both formats."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tidemark.engine import state_codec
@@ -39,7 +41,7 @@ def run(stage, bucket: Bucket, changes: list[Change], now_ms: int = 0) -> Bucket
 
 
 def stored_table(stage, bucket: Bucket) -> pa.Table:
-    return pa.ipc.open_stream(state_codec.encode_state(stage, bucket)).read_all()
+    return state_codec.read_table(state_codec.encode_state(stage, bucket))
 
 
 def test_the_planner_types_the_materializer_and_normalize_state():
@@ -111,7 +113,7 @@ def test_a_pickled_bucket_is_refused_naming_both_formats():
 def test_another_version_of_a_kind_is_refused_naming_both_versions():
     mat = SinkMaterializer("t", (0,), ("id",), None, "DEDUPLICATE", name="materializer:t")
     stored = state_codec.encode_state(mat, run(mat, Bucket(), [Change("+I", (1, 2), (1,))]))
-    table = pa.ipc.open_stream(stored).read_all()
+    table = state_codec.read_table(stored)
     meta = {**table.schema.metadata, b"tidemark.state.version": b"0"}
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema.with_metadata(meta)) as writer:
@@ -144,3 +146,69 @@ def test_a_value_arrow_would_not_give_back_as_it_was_is_stored_pickled():
     back = state_codec.decode_state(norm, state_codec.encode_state(norm, bucket)).states
     assert back == bucket.states
     assert str(back[(1,)][1]) == "1.5" and back[(1,)][2] == "x"
+
+
+def _parquet_encodings(stored: bytes) -> dict[str, tuple[str, ...]]:
+    meta = pq.ParquetFile(pa.BufferReader(stored)).metadata.row_group(0)
+    return {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+
+
+def test_a_bucket_is_stored_as_parquet_with_delta_encodings():
+    """Sorted keys and positions are small differences, neighbouring strings share prefixes:
+    what the delta encodings store in a few bits."""
+    cols = (("id", parse_type("BIGINT")), ("name", parse_type("STRING")), ("price", parse_type("DECIMAL(10, 2)")),
+            ("score", parse_type("DOUBLE")), ("ok", parse_type("BOOLEAN")))
+    mat = SinkMaterializer("t", (0,), ("id",), None, "DEDUPLICATE", columns=cols)
+    bucket = run(mat, Bucket(), [Change("+I", (k, f"n{k}", Decimal("1.25"), 0.5, True), (k,)) for k in range(50)])
+    stored = state_codec.encode_state(mat, bucket)
+    assert stored.startswith(b"PAR1")
+    back = state_codec.decode_state(mat, stored).states
+    assert {k: [(n.row, n.pos) for n in st.in_order()] for k, st in back.items()} == {
+        (k,): [((k, f"n{k}", Decimal("1.25"), 0.5, True), (k,))] for k in range(50)
+    }
+    encodings = _parquet_encodings(stored)
+    assert "DELTA_BINARY_PACKED" in encodings["row.id"] and "DELTA_BINARY_PACKED" in encodings["pos.list.element"]
+    assert "DELTA_BYTE_ARRAY" in encodings["row.name"] and "DELTA_BYTE_ARRAY" in encodings["row.price"]
+    assert "BYTE_STREAM_SPLIT" in encodings["row.score"]
+    assert "PLAIN" in encodings["row.ok"]
+
+
+def test_a_table_parquet_cannot_hold_is_stored_as_arrow_ipc_and_both_read_back():
+    mat = SinkMaterializer("t", (0,), ("id",), None, "NOTHING", columns=(("id", parse_type("INT")), ("v", parse_type("STRING"))))
+    bucket = run(mat, Bucket(), [Change("+I", (1, "x"), (1,)), Change("+I", (2, "y"), (2,))])
+    table = stored_table(mat, bucket)
+    for unfit in (
+        table.append_column("empty", pa.array([{}, {}], pa.struct([]))),  # a struct without fields
+        table.append_column("dict", pa.array(["a", "b"]).dictionary_encode()),  # delta cannot decode to it
+    ):
+        stored = state_codec._table_bytes(unfit)
+        assert not stored.startswith(b"PAR1")
+        assert state_codec.read_table(stored).equals(unfit)
+    ipc = pa.BufferOutputStream()  # what every checkpoint before Parquet holds
+    with pa.ipc.new_stream(ipc, table.schema) as writer:
+        writer.write_table(table)
+    assert state_codec.decode_state(mat, ipc.getvalue().to_pybytes()).states == bucket.states
+
+
+def test_the_same_table_is_stored_as_the_same_bytes():
+    """The materializer writes a bucket's unread rows back unchanged; equal bytes are what
+    its partial read is tested against."""
+    mat = SinkMaterializer("t", (0,), ("id",), None, "NOTHING", columns=(("id", parse_type("INT")), ("v", parse_type("STRING"))))
+    bucket = run(mat, Bucket(), [Change("+I", (k, str(k)), (k,)) for k in range(20)])
+    stored = state_codec.encode_state(mat, bucket)
+    assert state_codec.encode_state(mat, state_codec.decode_state(mat, stored)) == stored
+
+
+def test_list_and_map_types_read_back_exactly_as_written():
+    """Parquet's reader names a list's items ``element`` and a map's entries after the column;
+    a bucket read back must keep Arrow's names, or it would not concatenate with a table
+    built in memory (the materializer's partial read) nor store the same bytes."""
+    table = pa.table({
+        "pos": pa.array([[1, 2], None]),
+        "tags": pa.array([{"k": 1}, None], pa.map_(pa.string(), pa.int64())),
+        "row": pa.array([{"ids": [1]}, {"ids": None}], pa.struct([("ids", pa.list_(pa.int64()))])),
+    }).replace_schema_metadata({"tidemark.state.kind": "k", "tidemark.state.version": "1"})
+    stored = state_codec._table_bytes(table)
+    back = state_codec.read_table(stored)
+    assert str(back.schema) == str(table.schema) and back.equals(table)
+    assert state_codec._table_bytes(back) == stored

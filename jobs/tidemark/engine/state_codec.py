@@ -8,10 +8,11 @@ format is refused with both named instead of being misread.
 
 Formats, by stage:
 
-- a stage that implements the typed state protocol below stores one Arrow IPC stream per
-  bucket (zstd-compressed buffers, ``_ZSTD_LEVEL``) whose schema metadata names the stage's state kind and
-  its version, ``<kind>/<version>``; docs/running.md, "State formats", lists which stages do
-  and what their tables hold;
+- a stage that implements the typed state protocol below stores its bucket's table as one
+  Parquet file (``_parquet``) whose schema metadata names the stage's state kind and its
+  version, ``<kind>/<version>``; docs/running.md, "State formats", lists which stages do and
+  what their tables hold. The container is not part of the format: a table Parquet cannot
+  hold is stored as an Arrow IPC stream, and both read back;
 - any other stage stores its ``Bucket`` pickled (``FORMAT_PICKLED``): the format the typed
   one replaces, stage by stage. docs/running.md lists which stages still use it.
 
@@ -36,11 +37,16 @@ A stage that implements it itself gets ``S = Bucket`` keyed by the key tuple
 
 from __future__ import annotations
 
+import functools
 import pickle
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.driver import Bucket, batch_stage, has_typed_state
 from tidemark.engine.errors import TidemarkError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMAT_PICKLED = "pickled-bucket/1"
 _PICKLED_MAGIC = b"TMPB1\n"
@@ -52,12 +58,101 @@ _VERSION = b"tidemark.state.version"
 #: grows with the state; higher levels store fewer bytes at a throughput cost that
 #: docs/benchmarks.md ("The zstd level of stored state") measures. Any level reads back.
 _ZSTD_LEVEL = 3
+_PARQUET_MAGIC = b"PAR1"
+#: Parquet's encodings by physical type. Why not Arrow IPC's plain buffers: state tables are
+#: sorted by key, so keys and positions are runs of small differences (delta encodings) and
+#: neighbouring strings share prefixes; zstd then finds far less to do. Booleans keep the
+#: default (bit-packed) encoding.
+_ENCODING_BY_PHYSICAL_TYPE = {
+    "INT32": "DELTA_BINARY_PACKED",
+    "INT64": "DELTA_BINARY_PACKED",
+    "BYTE_ARRAY": "DELTA_BYTE_ARRAY",
+    "FIXED_LEN_BYTE_ARRAY": "DELTA_BYTE_ARRAY",
+    "FLOAT": "BYTE_STREAM_SPLIT",
+    "DOUBLE": "BYTE_STREAM_SPLIT",
+}
 
 
-def _write_options() -> Any:
+@functools.lru_cache(maxsize=256)
+def _parquet_encodings(schema: pa.Schema) -> dict[str, str] | None:
+    """Parquet column path -> encoding for tables of ``schema`` (without metadata); None when
+    Parquet cannot hold such a table as it is (a struct without fields; a dictionary column,
+    which the delta decoders do not read back into a dictionary), so IPC stores it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if any(_has_dictionary(f.type) for f in schema):
+        return None
+    sink = pa.BufferOutputStream()
+    try:
+        pq.write_table(schema.empty_table(), sink)
+    except pa.ArrowNotImplementedError:
+        return None
+    columns = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    encodings = {}
+    for i in range(len(columns)):
+        column = columns.column(i)
+        encoding = _ENCODING_BY_PHYSICAL_TYPE.get(column.physical_type)
+        if encoding is not None:
+            encodings[column.path] = encoding
+    return encodings
+
+
+def _has_dictionary(t: pa.DataType) -> bool:
     import pyarrow as pa
 
-    return pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=_ZSTD_LEVEL))
+    return pa.types.is_dictionary(t) or any(_has_dictionary(t.field(i).type) for i in range(t.num_fields))
+
+
+def _table_bytes(table: pa.Table) -> bytes:
+    """One stored value for ``table``: Parquet where it can hold it, else an Arrow IPC stream."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    encodings = _parquet_encodings(table.schema.remove_metadata())
+    if encodings is None:
+        options = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=_ZSTD_LEVEL))
+        with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+    else:
+        pq.write_table(table, sink, compression="zstd", compression_level=_ZSTD_LEVEL, use_dictionary=False,
+                       column_encoding=encodings, write_statistics=False)
+    return sink.getvalue().to_pybytes()
+
+
+def _open_table(data: bytes) -> tuple[pa.Schema, Callable[[], pa.Table]]:
+    """A stored table's schema, and how to read the table (either container)."""
+    import pyarrow as pa
+
+    if data.startswith(_PARQUET_MAGIC):
+        import pyarrow.parquet as pq
+
+        file = pq.ParquetFile(pa.BufferReader(data))
+        schema = _written_schema(file)
+        return schema, lambda: file.read(use_threads=False).cast(schema)
+    stream = pa.ipc.open_stream(data)
+    return stream.schema, stream.read_all
+
+
+def _written_schema(file: Any) -> pa.Schema:
+    """The Arrow schema the table was written with. Why not ``file.schema_arrow``: Parquet's
+    reader renames a list's item field (``element``) and a map's entries, so a bucket read
+    and written back unchanged would not give the same bytes, nor concatenate with a table
+    built in memory."""
+    import base64
+
+    import pyarrow as pa
+
+    stored = (file.metadata.metadata or {}).get(b"ARROW:schema")
+    if stored is None:
+        return file.schema_arrow
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(stored)))
+
+
+def read_table(data: bytes) -> pa.Table:
+    """The table a typed stored value holds, its schema metadata included."""
+    return _open_table(data)[1]()
 
 
 class StateFormatError(TidemarkError):
@@ -96,19 +191,13 @@ def encode_state(stage: Any, state: Any) -> bytes | None:
     """The bytes to store for a bucket's ``state``; None when the bucket is empty."""
     target = _typed(stage)
     if target is not None:
-        import pyarrow as pa
-
         table = target.state_to_table(state)
         if table is None or table.num_rows == 0:
             return None
         meta = dict(table.schema.metadata or {})
         meta[_KIND] = target.state_kind.encode()
         meta[_VERSION] = str(target.state_version).encode()
-        table = table.replace_schema_metadata(meta)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema, options=_write_options()) as writer:
-            writer.write_table(table)
-        return sink.getvalue().to_pybytes()
+        return _table_bytes(table.replace_schema_metadata(meta))
     if not state.states:
         return None
     return _PICKLED_MAGIC + pickle.dumps(state.states, pickle.HIGHEST_PROTOCOL)
@@ -119,7 +208,7 @@ def decode_state(stage: Any, data: bytes | None) -> Any:
     format than the one ``stage`` writes raise ``StateFormatError`` naming both."""
     if data is None:
         return empty_state(stage)
-    found = _format_of_bytes(data)
+    found, read = _opened(data)
     expected = format_of(stage)
     if found != expected:
         raise StateFormatError(
@@ -129,21 +218,23 @@ def decode_state(stage: Any, data: bytes | None) -> Any:
     target = _typed(stage)
     if target is None:
         return Bucket.load(stage, pickle.loads(data[len(_PICKLED_MAGIC):]))
-    import pyarrow as pa
+    return target.state_from_table(read())
 
-    return target.state_from_table(pa.ipc.open_stream(data).read_all())
+
+def _opened(data: bytes) -> tuple[str, Callable[[], pa.Table] | None]:
+    """The format a stored value was written in, and for a typed one how to read its table."""
+    if data.startswith(_PICKLED_MAGIC):
+        return FORMAT_PICKLED, None
+    try:
+        schema, read = _open_table(data)
+    except Exception:
+        return "unversioned pickle (before state formats were recorded)", None
+    meta = schema.metadata or {}
+    kind, version = meta.get(_KIND), meta.get(_VERSION)
+    if kind is None or version is None:
+        return "an Arrow table without a state kind and version", None
+    return f"{kind.decode()}/{version.decode()}", read
 
 
 def _format_of_bytes(data: bytes) -> str:
-    if data.startswith(_PICKLED_MAGIC):
-        return FORMAT_PICKLED
-    try:
-        import pyarrow as pa
-
-        meta = pa.ipc.open_stream(data).schema.metadata or {}
-    except Exception:
-        return "unversioned pickle (before state formats were recorded)"
-    kind, version = meta.get(_KIND), meta.get(_VERSION)
-    if kind is None or version is None:
-        return "an Arrow stream without a state kind and version"
-    return f"{kind.decode()}/{version.decode()}"
+    return _opened(data)[0]

@@ -177,7 +177,8 @@ def _arrow_type_or_none(t: SqlType | None) -> pa.DataType | None:
 
 def _values_of(column: pa.Array) -> list[Any]:
     if column.type == PICKLED:
-        return [pickle.loads(v) for v in column.to_pylist()]
+        # a null is a field under an absent row: Parquet does not keep what Arrow held there
+        return [pickle.loads(v) if v is not None else None for v in column.to_pylist()]
     return python_values(column)
 
 

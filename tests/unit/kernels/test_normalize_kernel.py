@@ -164,7 +164,7 @@ def test_stored_state_is_the_same_table_whichever_path_wrote_it(kernel):
     changes = [c("+I", 2, "b", 1, pos=1), c("+I", 1, "a", None, pos=2), c("+U", 2, None, 3, pos=3)]
     host = StoredHost(normalize())
     host.run(ChangeBatch(changes=changes), kernel=kernel)
-    table = pa.ipc.open_stream(host.stored).read_all()
+    table = state_codec.read_table(host.stored)
     assert table.schema.field("row").type == pa.struct([("id", pa.int64()), ("grp", pa.string()), ("v", pa.int32())])
     assert sorted(table.column("row").to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "grp": "a", "v": None}, {"id": 2, "grp": None, "v": 3},
