@@ -9,7 +9,7 @@ format is refused with both named instead of being misread.
 Formats, by stage:
 
 - a stage that implements the typed state protocol below stores its bucket's table as one
-  Parquet file (``_parquet``) whose schema metadata names the stage's state kind and its
+  Parquet file (``_table_bytes``) whose schema metadata names the stage's state kind and its
   version, ``<kind>/<version>``; docs/running.md, "State formats", lists which stages do and
   what their tables hold. The container is not part of the format: a table Parquet cannot
   hold is stored as an Arrow IPC stream, and both read back;
@@ -140,14 +140,20 @@ def _written_schema(file: Any) -> pa.Schema:
     reader renames a list's item field (``element``) and a map's entries, so a bucket read
     and written back unchanged would not give the same bytes, nor concatenate with a table
     built in memory."""
+    stored = (file.metadata.metadata or {}).get(b"ARROW:schema")
+    if stored is None:
+        return file.schema_arrow
+    return _schema_from(stored)
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_from(serialized: bytes) -> pa.Schema:
+    """A stage's buckets share one schema: decoded once, not at every bucket read."""
     import base64
 
     import pyarrow as pa
 
-    stored = (file.metadata.metadata or {}).get(b"ARROW:schema")
-    if stored is None:
-        return file.schema_arrow
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(stored)))
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(serialized)))
 
 
 def read_table(data: bytes) -> pa.Table:
