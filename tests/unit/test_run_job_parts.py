@@ -145,16 +145,19 @@ def test_a_checkpoint_with_per_key_state_is_refused_by_name(tmp_path):
     assert run_info_of(str(empty)).run_id == "abc"
 
 
-def test_a_checkpoint_bucketed_by_the_previous_data_path_is_refused_naming_both(tmp_path):
-    """arrow-ipc-blobs/1 put a key in bucket crc32(repr(key)) mod N; this version hashes the
-    key columns (tidemark.engine.bucketing), so that state would not be found."""
+@pytest.mark.parametrize("previous", ["arrow-ipc-blobs/1", "arrow-ipc-blobs/2"])
+def test_a_checkpoint_bucketed_by_a_previous_data_path_is_refused_naming_both(tmp_path, previous):
+    """arrow-ipc-blobs/1 put a key in bucket crc32(repr(key)) mod N; /2 hashed the key
+    columns (tidemark.engine.bucketing) but grouped by the bucket index itself; this version
+    groups by each bucket's grouping value (tidemark.spark.partitioning), so that state
+    would not be found."""
     old = tmp_path / "old"
     (old / "state").mkdir(parents=True)
-    record = {"run_id": "abc", "state_buckets": 64, "data_path": "arrow-ipc-blobs/1"}
+    record = {"run_id": "abc", "state_buckets": 64, "data_path": previous}
     (old / "tidemark-run.json").write_text(json.dumps(record), encoding="utf-8")
-    assert DATA_PATH == "arrow-ipc-blobs/2"
-    with pytest.raises(JobError, match=f"checkpoint {old} holds keyed state of the data path arrow-ipc-blobs/1; "
-                                       "this version runs arrow-ipc-blobs/2"):
+    assert DATA_PATH == "arrow-ipc-blobs/3"
+    with pytest.raises(JobError, match=f"checkpoint {old} holds keyed state of the data path {previous}; "
+                                       "this version runs arrow-ipc-blobs/3"):
         run_info_of(str(old))
 
 

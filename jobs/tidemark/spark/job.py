@@ -43,10 +43,11 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 RUN_FILE = "tidemark-run.json"
-#: how changes travel between the query's stages and which bucket a key's state is in
-#: (``tidemark.engine.bucketing``), recorded with the checkpoint: state written under
+#: how changes travel between the query's stages, which bucket a key's state is in
+#: (``tidemark.engine.bucketing``) and which grouping value carries the bucket
+#: (``tidemark.spark.partitioning``), recorded with the checkpoint: state written under
 #: another data path is not where this one looks for it
-DATA_PATH = "arrow-ipc-blobs/2"
+DATA_PATH = "arrow-ipc-blobs/3"
 DEFAULT_TRIGGER_INTERVAL = "500 milliseconds"
 #: Spark failures that say nothing about the pipeline: a Python worker started by the JVM
 #: did not connect back within Spark's fixed 10 s (seen on an overloaded machine). The

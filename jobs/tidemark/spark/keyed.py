@@ -61,6 +61,7 @@ from tidemark.engine.errors import TidemarkError
 from tidemark.engine.fusion import FusedStage
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
 from tidemark.spark.event_clock import BucketClock, Watermarks, split_ticks, watermark_sources
+from tidemark.spark.partitioning import grouping_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,8 +96,9 @@ Target = tuple[Any, int] | None
 def blob_rows(
     changes: ChangeBatch | list[Change], schema: Any, target: Target, buckets: int
 ) -> list[tuple[int, int, bytes]]:
-    """``changes`` as ``BLOB_SCHEMA`` rows: one per bucket of ``target`` they touch (one
-    row, bucket 0, without a target). ``schema``: the node's Arrow schema, or None.
+    """``changes`` as ``BLOB_SCHEMA`` rows: one per bucket of ``target`` they touch, under
+    the bucket's grouping value (``tidemark.spark.partitioning``); one row, bucket 0,
+    without a target. ``schema``: the node's Arrow schema, or None.
 
     A columnar batch is encoded as its table stands (typed by ``schema`` when its values
     fit), never through ``Change`` tuples, and split by the buckets its key columns give
@@ -114,7 +116,8 @@ def blob_rows(
         ids = bucketing.buckets_of_table(table, columns, buckets)
     else:
         ids = bucketing.buckets_of_rows(batch_columns.rows_of(table), stage, index, buckets)
-    return [(b, index, batch_ipc.encode(t)) for b, t in batch_ipc.split(table, ids).items()]
+    values = grouping_values(buckets)
+    return [(int(values[b]), index, batch_ipc.encode(t)) for b, t in batch_ipc.split(table, ids).items()]
 
 
 def run_stateless(stages: Sequence[Any], batch: ChangeBatch) -> ChangeBatch:

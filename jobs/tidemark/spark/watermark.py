@@ -43,6 +43,7 @@ from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError
 from tidemark.engine.event_time import epoch_ms, greatest_ms
 from tidemark.spark.event_clock import TICK_INPUT, encode_tick, watermark_sources
+from tidemark.spark.partitioning import grouping_values
 
 
 def check_supported(pipeline: Any) -> None:
@@ -122,12 +123,13 @@ def observed(stages: Sequence[Any], batch: ChangeBatch, marks: dict[str, int]) -
 
 
 def tick_rows(marks: dict[str, int], target: Any, buckets: int) -> list[tuple[int, int, bytes]]:
-    """``BLOB_SCHEMA`` tick rows carrying ``marks`` to every bucket of ``target``'s stage,
-    if it is an event-time stage waiting for one of them (``target``: ``keyed.Target``)."""
+    """``BLOB_SCHEMA`` tick rows carrying ``marks`` to every bucket of ``target``'s stage
+    (each under its grouping value, ``tidemark.spark.partitioning``), if it is an event-time
+    stage waiting for one of them (``target``: ``keyed.Target``)."""
     if target is None:
         return []
     wanted = {t: ms for t, ms in marks.items() if t in watermark_sources(target[0])}
     if not wanted:
         return []
     tick = encode_tick(wanted)
-    return [(b, TICK_INPUT, tick) for b in range(buckets)]
+    return [(int(b), TICK_INPUT, tick) for b in grouping_values(buckets)]
