@@ -12,10 +12,12 @@ What stays per PK, in Python: applying the surviving ops to that PK's state
 per-key path's by construction. The state is the stage's own per PK (``ActiveRows`` for
 DEDUPLICATE, ``CurrentRow`` otherwise) in a ``Bucket`` keyed by the PK tuple, the layout the
 stage's typed state protocol stores (``tidemark.engine.state_codec``), so the replay host,
-the Spark host and the per-key adapter share one state. DEDUPLICATE needs record order per PK (each
+the Spark host and the per-key adapter share one state. DEDUPLICATE's record order per PK (each
 add and retraction is applied against the active rows one by one, and which identical copy a
-retraction removes depends on what came before), so its ops are walked per PK; NOTHING and
-ERROR walk only what survives the pair cancelling.
+retraction removes depends on what came before) is position arithmetic per identity
+(``kernels.deduplicate``), which runs on the stored bucket's table itself when the batch is
+large enough (``columnar_min_changes``) and both are typed as that path needs; otherwise its
+ops are walked per PK. NOTHING and ERROR walk only what survives the pair cancelling.
 
 Host group ids (``ChangeBatch.groups``, the Spark host) are not used: the PK is the group.
 A batch of fewer than ``min_changes`` changes (the stage asks for ``KERNEL_MIN_CHANGES``)
@@ -42,6 +44,7 @@ from tidemark.engine.batch import WEIGHT, ChangeBatch
 from tidemark.engine.batch_columns import sorted_table
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.kernels.deduplicate import DeduplicateKernel
 from tidemark.engine.kernels.table_bucket import TableBucket
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.materializer import SinkMaterializer
@@ -50,6 +53,10 @@ from tidemark.engine.stages.materializer import SinkMaterializer
 #: (docs/running.md, "The sink materializer's batch kernel": the Spark host calls it once per
 #: state bucket, a few hundred changes at W2's batch size)
 KERNEL_MIN_CHANGES = 1500
+#: below this many changes DEDUPLICATE's columnar path (``kernels.deduplicate``) costs more
+#: than the per-PK step: its fixed polars cost (docs/benchmarks.md, "DO DEDUPLICATE on the
+#: stored table")
+COLUMNAR_MIN_CHANGES = 4000
 _I = "$i"  # a change's index in the batch's change list
 _ADD = "$add"
 _KEY = "$key"  # the PK's first arrival index: a PK id that also orders PKs as the adapter does
@@ -69,18 +76,26 @@ _NOT_TABULAR = (
 class MaterializerKernel:
     """``process_batch`` for a ``SinkMaterializer`` (module docstring)."""
 
-    def __init__(self, stage: SinkMaterializer, min_changes: int = 0) -> None:
-        """``min_changes``: a smaller batch takes the per-key path (``KERNEL_MIN_CHANGES``)."""
+    def __init__(self, stage: SinkMaterializer, min_changes: int = 0, columnar_min_changes: int = 0) -> None:
+        """``min_changes``: a smaller batch takes the per-key path (``KERNEL_MIN_CHANGES``);
+        ``columnar_min_changes``: a smaller one does not try DEDUPLICATE's columnar path
+        (``COLUMNAR_MIN_CHANGES``)."""
         self.stage = stage
         self.min_changes = min_changes
+        self.columnar_min_changes = columnar_min_changes
         self.name = stage.name
         self.n_inputs = stage.n_inputs
         self._per_key = PerKeyAdapter(stage)
+        self._deduplicate = DeduplicateKernel(stage)
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch]:
         batch = inputs[0]
+        if self._deduplicate.enabled and len(batch) >= max(self.min_changes, self.columnar_min_changes, 1):
+            done = self._columnar_deduplicate(batch, state, ctx)
+            if done is not None:
+                return done
         changes = batch.changes()
         if not changes:
             return state, ChangeBatch(changes=[])
@@ -112,6 +127,26 @@ class MaterializerKernel:
                 states[key] = new_state
             emitted.extend(out)
         return state, ChangeBatch(changes=emitted)
+
+    def _columnar_deduplicate(
+        self, batch: ChangeBatch, state: Bucket, ctx: BatchContext
+    ) -> tuple[Bucket, ChangeBatch] | None:
+        """DEDUPLICATE on the stored table itself (``kernels.deduplicate``), when the bucket is
+        still its stored table (or empty) and the batch fits that path; None otherwise."""
+        if isinstance(state, TableBucket) and state.table is not None:
+            stored = state.table
+        elif type(state) is Bucket and not state.states:
+            stored = None
+        else:
+            return None
+        try:
+            done = self._deduplicate.run(batch.table(), stored, ctx)
+        except _NOT_TABULAR:
+            return None
+        if done is None:
+            return None
+        table, out = done
+        return (TableBucket(table, self.stage._states_of) if table is not None else Bucket()), out
 
     def _pk_columns(self, batch: ChangeBatch) -> pa.Table | None:
         """The batch's PK columns, which ``SinkMaterializer.read_keys`` reads the state of (None: values

@@ -359,9 +359,9 @@ class SinkMaterializer:
         kernel, unless ``TIDEMARK_MATERIALIZER_KERNEL=0`` asks for the per-key path."""
         if os.environ.get("TIDEMARK_MATERIALIZER_KERNEL", "1") == "0":
             return PerKeyAdapter(self)
-        from tidemark.engine.kernels.materializer import KERNEL_MIN_CHANGES, MaterializerKernel
+        from tidemark.engine.kernels.materializer import COLUMNAR_MIN_CHANGES, KERNEL_MIN_CHANGES, MaterializerKernel
 
-        return MaterializerKernel(self, min_changes=KERNEL_MIN_CHANGES)
+        return MaterializerKernel(self, min_changes=KERNEL_MIN_CHANGES, columnar_min_changes=COLUMNAR_MIN_CHANGES)
 
     # ------------------------------------------------------------------ typed state
 

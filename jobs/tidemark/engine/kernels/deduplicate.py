@@ -1,0 +1,357 @@
+"""``ON CONFLICT DO DEDUPLICATE`` over a whole batch and a stored bucket: polars over the
+batch and the state table, no Python per PK or per change.
+
+The per-key stage (``SinkMaterializer._deduplicate``, Flink's ``SinkUpsertMaterializer``)
+applies a PK's changes one by one, in the canonical order, to its list of active rows
+(``ActiveRows``): ordered by each row's position, an add links a row, a retraction unlinks
+one, and the PK shows the list's last row. The same result, per identity (the upsert key, or
+the whole row when there is none), as arithmetic over the batch:
+
+Without an upsert key, an identity's active copies are a queue. Adds append (a batch's adds
+come in position order and, checked here, no earlier than the newest stored copy), and a
+retraction pops the oldest copy or, finding none, is lost. A queue only ever holds a suffix
+of what was appended, so the copies left are the last ``C`` of (stored copies ++ the batch's
+adds), where ``C`` is the running count reflected at zero::
+
+    S_j = stored copies + (weights of the identity's changes up to j)
+    C_j = S_j - min(0, min_{i <= j} S_i)        lost retractions = -min(0, min_j S_j)
+
+The row's place in the list is (its newest copy's position, the moment it was last linked):
+a row is linked when created and relinked when an add raises its newest position, so it was
+last linked by the first add after its last empty moment (``C_j = 0``) that has its final
+newest position; when no add raised it, it keeps its stored place.
+
+With an upsert key, an add replaces the identity's row and relinks it at the add's position,
+and a retraction removes it (lost if absent): the identity's last change decides, and a
+retraction is lost when the change before it (or the state, for the first) left nothing.
+
+Per PK, the rows the batch did not touch keep their stored place; the list sorted by (newest
+position, link moment) ends in the PK's row, and the output is the difference between the
+last row before and after (``changelog.diff_to_changes``) at the greatest position of the
+PK's changes. PKs come out in the order of their first change in the batch, as the per-key
+adapter orders them.
+
+This path runs only where its arithmetic is the stage's exactly (``DeduplicateKernel.run``
+returns None otherwise and the caller takes the per-PK path): planner-typed rows whose
+stored columns hold those types, keys compared as Python compares them (no floating point,
+nested or pickled key columns), no TTL, changes of weight +-1, and adds no earlier than the
+newest stored copy of their row (an out-of-order add would land inside a queue).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from tidemark.engine import state_tables as T
+from tidemark.engine.arrow_types import arrow_type
+from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
+from tidemark.engine.batch_columns import sorted_table
+
+if TYPE_CHECKING:
+    from tidemark.engine.stage import BatchContext
+    from tidemark.engine.stages.materializer import SinkMaterializer
+
+_ARR = "$arr"  # a change's index in the batch as it arrived: orders the PKs
+_I = "$op"  # a change's index in the canonical order
+_ADD = "$add"
+_PR = "$pr"  # a position's rank among the call's positions
+_PL = "$pl"  # a position as a list
+_SEQ = "$seq"  # the moment a row was last linked: stored rows by their place, then the batch's
+_SIDX = "$sidx"
+_C0, _PR0 = "$c0", "$pr0"  # stored copies and newest position's rank
+_COPIES = "$copies"
+_GID = "$gid"  # an identity the batch touches, as one integer
+_PL0 = "$pl0"  # a stored row's newest position as a list
+_START = "$start"  # the first change of its identity (changes sorted by identity)
+
+
+class DeduplicateKernel:
+    """The batch form of one DEDUPLICATE ``SinkMaterializer`` (module docstring)."""
+
+    def __init__(self, stage: SinkMaterializer) -> None:
+        self.stage = stage
+        columns = stage.columns or ()
+        self.names = [n for n, _ in columns]
+        try:
+            self.types = [arrow_type(t) if t is not None else None for _, t in columns]
+        except ValueError:
+            self.types = [None]
+        self.row_type = pa.struct(list(zip(self.names, self.types))) if self.enabled else None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the stage's rows are typed as this path needs (module docstring)."""
+        return (
+            self.stage.strategy == "DEDUPLICATE" and self.stage.ttl_ms is None and bool(self.names)
+            and all(t is not None for t in self.types)
+        )  # fmt: skip
+
+    def run(self, table: pa.Table, stored: pa.Table | None, ctx: BatchContext) -> tuple[pa.Table | None, ChangeBatch] | None:
+        """(the bucket's new stored table, None when empty; the output) for the batch ``table``
+        against the bucket's ``stored`` table (None: empty), or None when the batch or the state
+        needs the per-PK path."""
+        rows = [c for c in table.column_names if not c.startswith("$")]
+        if not self._fits(table, rows, stored):
+            return None
+        keys = self._identity(rows)
+        pk = [rows[j] for j in self.stage.pk]
+        ops = self._ops(table, rows)
+        nodes = self._stored_nodes(stored, rows, ops.select(pk).unique())
+        depth = max([_depth(ops), _list_depth(nodes, "pos")])
+        ops, nodes = _ranked(ops, nodes, depth)
+        # one integer per identity the batch touches (null on a stored row it does not touch)
+        ids = ops.select(keys).unique(maintain_order=True).with_row_index(_GID)
+        ops = ops.join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        nodes = nodes.join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        touched = nodes.filter(pl.col(_GID).is_not_null())
+        n_stored = stored.num_rows if stored is not None else 0
+        if self.stage.upsert_key is None:
+            older = ops.join(touched.select(_GID, _PR0), on=_GID)
+            if older.filter(pl.col(_ADD) & (pl.col(_PR) < pl.col(_PR0))).height:
+                return None  # an add older than its row's newest stored copy: per PK
+            live, lost = self._queues(ops, touched, rows, n_stored)
+        else:
+            live, lost = self._replacements(ops, touched, rows, n_stored)
+        if lost:
+            ctx.metrics["retractions_without_state"] += lost
+        untouched = nodes.filter(pl.col(_GID).is_null())
+        final = pl.concat(
+            [untouched.select(*rows, _PR0, _PL, _COPIES, _SIDX).rename({_PR0: _PR, _SIDX: _SEQ}),
+             live.select(*rows, _PR, _PL, _COPIES, _SEQ)],
+            how="vertical_relaxed",
+        ).sort([*pk, _PR, _SEQ], nulls_last=False, maintain_order=True)  # fmt: skip
+        return self._state(stored, nodes, final, rows), self._output(ops, nodes, final, rows, pk, table.schema)
+
+    # ------------------------------------------------------------------ eligibility
+
+    def _fits(self, table: pa.Table, rows: list[str], stored: pa.Table | None) -> bool:
+        if not self.enabled or len(rows) != len(self.names):
+            return False
+        if [table.schema.field(r).type for r in rows] != self.types:
+            return False
+        weights = table.column(WEIGHT)
+        if weights.null_count or not np.all(np.abs(weights.to_numpy(zero_copy_only=False)) == 1):
+            return False
+        key_types = [self.types[j] for j in self._identity_indexes()] + [self.types[j] for j in self.stage.pk]
+        if not all(_compares_as_python(t) for t in key_types):
+            return False
+        if stored is None:
+            return True
+        want = {"row": self.row_type, "pos": T.POSITION, "copies": pa.list_(T.POSITION)}
+        return stored.column_names == list(want) and all(stored.schema.field(n).type == t for n, t in want.items())
+
+    def _identity_indexes(self) -> tuple[int, ...]:
+        upsert_key = self.stage.upsert_key
+        return tuple(range(len(self.names))) if upsert_key is None else (*self.stage.pk, *upsert_key)
+
+    def _identity(self, rows: list[str]) -> list[str]:
+        return list(dict.fromkeys(rows[j] for j in self._identity_indexes()))
+
+    # ------------------------------------------------------------------ inputs
+
+    def _ops(self, table: pa.Table, rows: list[str]) -> pl.DataFrame:
+        """The batch's changes in the canonical order: row columns, ``$op``, ``$arr``,
+        ``$add`` and the position columns."""
+        arrived = table.append_column(_ARR, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        df = pl.from_arrow(sorted_table(arrived))
+        pos = [c for c in df.columns if c.startswith(POS_PREFIX)]
+        return df.select(*rows, *pos, _ARR, (pl.col(WEIGHT) > 0).alias(_ADD)).with_row_index(_I).with_columns(
+            pl.col(_I).cast(pl.Int64)
+        )
+
+    def _stored_nodes(self, stored: pa.Table | None, rows: list[str], pks: pl.DataFrame) -> pl.DataFrame:
+        """The stored rows of the PKs in ``pks``: row columns, ``$sidx`` (their place in the
+        stored table, which keeps each PK's rows in list order), ``pos`` and ``$copies`` (the
+        copies' positions, oldest first; null for one copy)."""
+        if stored is None or stored.num_rows == 0:
+            schema = {**dict(zip(rows, pl.from_arrow(pa.schema(zip(rows, self.types)).empty_table()).dtypes)),
+                      _SIDX: pl.Int64, "pos": pl.List(pl.Int64), _COPIES: pl.List(pl.List(pl.Int64))}  # fmt: skip
+            return pl.DataFrame(schema=schema)
+        df = pl.from_arrow(stored).with_row_index(_SIDX).with_columns(pl.col(_SIDX).cast(pl.Int64))
+        df = df.unnest("row").rename(dict(zip(self.names, rows))).rename({"copies": _COPIES})
+        pk = list(pks.columns)
+        return df.join(pks, on=pk, how="semi", nulls_equal=True)
+
+    # ------------------------------------------------------------------ per identity
+
+    def _queues(self, ops: pl.DataFrame, touched: pl.DataFrame, rows: list[str], n_stored: int) -> tuple[pl.DataFrame, int]:
+        """No upsert key: each touched identity's final row, if it keeps a copy (module
+        docstring), and the lost retractions. ``touched``: the stored rows of the touched
+        identities."""
+        stored = touched.select(
+            _GID, _PR0, _SIDX,
+            pl.col(_COPIES).list.len().fill_null(1).alias(_C0),
+            pl.col(_PL).alias(_PL0),
+            pl.coalesce(pl.col(_COPIES), pl.col(_PL).repeat_by(1)).alias("$stored_copies"),
+        )  # fmt: skip
+        add = pl.col(_ADD)
+        walk = ops.join(stored, on=_GID, how="left").sort(_GID, _I)
+        walk = walk.with_columns(pl.col(_C0).fill_null(0), _segment_start())
+        walk = walk.with_columns(_running_count(pl.when(add).then(1).otherwise(-1)).alias("$s"))
+        walk = walk.with_columns(pl.min_horizontal(pl.lit(0), _segment_cum_min(pl.col("$s"))).alias("$low"))
+        walk = walk.with_columns((pl.col("$s") - pl.col("$low")).alias("$c"))
+        # the last empty moment: a change that left no copy, or before the batch when the state held none
+        empty_at = pl.when(pl.col("$c") == 0).then(pl.col(_I)).max().over(_GID)
+        walk = walk.with_columns(
+            pl.when(pl.col(_C0) == 0).then(pl.coalesce(empty_at, pl.lit(-1, pl.Int64))).otherwise(empty_at).alias("$z"),
+            pl.when(add).then(pl.col(_PR)).max().over(_GID).alias("$p_last"),  # adds come in position order
+        )
+        linked = add & (pl.col("$z").is_null() | (pl.col(_I) > pl.col("$z"))) & (pl.col(_PR) == pl.col("$p_last"))
+        raised = pl.col("$z").is_not_null() | (pl.col("$p_last") > pl.col(_PR0))
+        per_id = walk.group_by(_GID, maintain_order=True).agg(
+            *(pl.col(c).first() for c in rows),
+            pl.col("$c").last(),
+            (-pl.col("$low").min()).alias("$lost"),
+            pl.col(_I).filter(linked & raised).first().alias("$linked"),
+            pl.col(_PR).filter(add).last().alias("$pr_new"),
+            pl.col(_PL).filter(add).last().alias("$pl_new"),
+            pl.col(_SIDX).first(), pl.col(_PR0).first(), pl.col(_PL0).first(),
+            pl.col("$stored_copies").first(),
+        )  # fmt: skip
+        lost = int(per_id.get_column("$lost").sum() or 0)
+        live = per_id.filter(pl.col("$c") > 0).select(
+            *rows, _GID, "$c", "$stored_copies",
+            pl.coalesce("$pr_new", _PR0).alias(_PR),
+            pl.coalesce("$pl_new", _PL0).alias(_PL),  # the newest copy: the last add, else the stored newest
+            pl.lit(None, pl.List(pl.List(pl.Int64))).alias(_COPIES),
+            pl.coalesce(pl.col("$linked") + n_stored, _SIDX).alias(_SEQ),
+        )
+        several = live.filter(pl.col("$c") > 1)
+        if several.height:  # identical copies: the last $c of (stored copies ++ the batch's adds)
+            adds = walk.filter(add).join(several.select(_GID), on=_GID, how="semi").group_by(_GID).agg(
+                pl.col(_PL).alias("$adds")
+            )
+            copies = several.join(adds, on=_GID, how="left").select(
+                _GID,
+                pl.concat_list(pl.col("$stored_copies").fill_null(pl.lit([], pl.List(pl.List(pl.Int64)))),
+                               pl.col("$adds").fill_null(pl.lit([], pl.List(pl.List(pl.Int64)))))
+                .list.tail(pl.col("$c")).alias("$all"),
+            )  # fmt: skip
+            live = live.join(copies, on=_GID, how="left", maintain_order="left").with_columns(
+                pl.coalesce("$all", _COPIES).alias(_COPIES)
+            )
+        return live, lost
+
+    def _replacements(self, ops: pl.DataFrame, touched: pl.DataFrame, rows: list[str], n_stored: int) -> tuple[pl.DataFrame, int]:
+        """With an upsert key: each touched identity's final row (its last change, if an add),
+        and the lost retractions (module docstring)."""
+        add = pl.col(_ADD)
+        walk = ops.join(touched.select(_GID, _SIDX), on=_GID, how="left", maintain_order="left")
+        before = pl.col(_ADD).shift(1).over(_GID)
+        present = pl.when(before.is_null()).then(pl.col(_SIDX).is_not_null()).otherwise(before)
+        lost = int(walk.select((~add & ~present).sum()).item() or 0)
+        last = walk.group_by(_GID, maintain_order=True).agg(pl.col(c).last() for c in [*rows, _ADD, _PR, _PL, _I])
+        live = last.filter(add).select(
+            *rows, _PR, _PL, pl.lit(None, pl.List(pl.List(pl.Int64))).alias(_COPIES), (pl.col(_I) + n_stored).alias(_SEQ)
+        )
+        return live, lost
+
+    # ------------------------------------------------------------------ results
+
+    def _output(self, ops: pl.DataFrame, nodes: pl.DataFrame, final: pl.DataFrame, rows: list[str], pk: list[str],
+                schema: pa.Schema) -> ChangeBatch:
+        """Per touched PK, the diff between its last row before and after, at the greatest
+        position of its changes; PKs in the order of their first change."""
+        pos = [n for n in schema.names if n.startswith(POS_PREFIX)]
+        old_names = {c: f"$old{j}" for j, c in enumerate(rows)}
+        new_names = {c: f"$new{j}" for j, c in enumerate(rows)}
+        touched = ops.group_by(pk, maintain_order=True).agg(
+            pl.col(_ARR).min().alias("$first"), *(pl.col(p).sort_by(_I).last() for p in pos)
+        )
+        old = nodes.sort(_SIDX).group_by(pk).agg(*(pl.col(c).last().alias(old_names[c]) for c in rows), pl.lit(True).alias("$had"))
+        new = final.group_by(pk).agg(*(pl.col(c).last().alias(new_names[c]) for c in rows), pl.lit(True).alias("$has"))
+        both = touched.join(old, on=pk, how="left", nulls_equal=True).join(new, on=pk, how="left", nulls_equal=True)
+        had, has = pl.col("$had").fill_null(False), pl.col("$has").fill_null(False)
+        same = had & has & pl.all_horizontal(pl.col(old_names[c]).eq_missing(pl.col(new_names[c])) for c in rows)
+        retract = both.filter(had & ~same).select(
+            "$first", pl.lit(0).alias("$part"), *(pl.col(old_names[c]).alias(c) for c in rows),
+            pl.when(has).then(pl.lit("-U")).otherwise(pl.lit("-D")).alias(KIND), pl.lit(-1, pl.Int64).alias(WEIGHT), *pos,
+        )  # fmt: skip
+        insert = both.filter(has & ~same).select(
+            "$first", pl.lit(1).alias("$part"), *(pl.col(new_names[c]).alias(c) for c in rows),
+            pl.when(had).then(pl.lit("+U")).otherwise(pl.lit("+I")).alias(KIND), pl.lit(1, pl.Int64).alias(WEIGHT), *pos,
+        )  # fmt: skip
+        out = pl.concat([retract, insert]).sort("$first", "$part").drop("$first", "$part")
+        names = [*rows, KIND, WEIGHT, *pos]
+        table = out.select(names).to_arrow()
+        return ChangeBatch.from_table(table.cast(pa.schema([schema.field(n) for n in names])))
+
+    def _state(self, stored: pa.Table | None, nodes: pl.DataFrame, final: pl.DataFrame, rows: list[str]) -> pa.Table | None:
+        """The bucket's table: the untouched PKs' rows as stored, the touched PKs' rows in list
+        order, sorted by PK as ``SinkMaterializer`` stores them."""
+        children = [final.get_column(c).to_arrow().cast(t) for c, t in zip(rows, self.types)]
+        written = pa.table({
+            "row": pa.StructArray.from_arrays(children, names=self.names),
+            "pos": final.get_column(_PL).to_arrow().cast(T.POSITION),
+            "copies": final.get_column(_COPIES).to_arrow().cast(pa.list_(T.POSITION)),
+        })  # fmt: skip
+        parts = [written]
+        if stored is not None and stored.num_rows:
+            keep = np.ones(stored.num_rows, dtype=bool)
+            keep[nodes.get_column(_SIDX).to_numpy()] = False
+            parts.insert(0, stored.replace_schema_metadata(None).filter(pa.array(keep)))
+        merged = pa.concat_tables(parts).combine_chunks()
+        if merged.num_rows == 0:
+            return None
+        return T.sorted_by_key(merged, self.stage.pk)
+
+
+def _segment_start() -> pl.Expr:
+    """Over changes sorted by identity: whether a change is its identity's first."""
+    return (pl.col(_GID) != pl.col(_GID).shift(1)).fill_null(True).alias(_START)
+
+
+def _running_count(weights: pl.Expr) -> pl.Expr:
+    """``S_j``: the stored copies plus the identity's weights up to each change, as one scan
+    over the whole sorted batch rather than a window per identity."""
+    total = weights.cum_sum()
+    before = pl.when(pl.col(_START)).then(total - weights).forward_fill()
+    return pl.col(_C0) + total - before
+
+
+def _segment_cum_min(values: pl.Expr) -> pl.Expr:
+    """The running minimum within each identity, as one scan: each identity's values are
+    lowered by an offset that grows with its place, so a running minimum never carries
+    across an identity's start; the offset is then added back. ``values`` stay far below
+    the offset step (they count one batch's changes)."""
+    step = pl.lit(2**32, pl.Int64)
+    offset = pl.col(_START).cast(pl.Int64).cum_sum() * step
+    return (values - offset).cum_min() + offset
+
+
+def _compares_as_python(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t)
+        or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_decimal(t)
+    )  # fmt: skip
+
+
+def _depth(ops: pl.DataFrame) -> int:
+    return sum(c.startswith(POS_PREFIX) for c in ops.columns)
+
+
+def _list_depth(nodes: pl.DataFrame, column: str) -> int:
+    if nodes.height == 0:
+        return 0
+    return int(nodes.select(pl.col(column).list.len().max()).item() or 0)
+
+
+def _ranked(ops: pl.DataFrame, nodes: pl.DataFrame, depth: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``$pr`` on the changes and ``$pr0`` on the stored rows: ranks that compare as their
+    positions do (field by field, a shorter position first), and ``$pl``, each position as a
+    list."""
+    cols = [f"{POS_PREFIX}{i}" for i in range(max(depth, 1))]
+    ops = ops.with_columns(pl.lit(None, pl.Int64).alias(c) for c in cols if c not in ops.columns)
+    padded_ops = ops.select(pl.col(c).cast(pl.Int64) for c in cols)
+    padded_nodes = nodes.select(pl.col("pos").list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(cols))
+    ranks = pl.concat([padded_ops, padded_nodes]).select(pl.struct(cols).rank("dense").cast(pl.Int64)).to_series()
+    as_list = pl.concat_list(padded_ops.get_columns())
+    if any(c.null_count() for c in padded_ops.get_columns()):  # positions of several lengths
+        as_list = as_list.list.drop_nulls()
+    ops = ops.with_columns(ranks.slice(0, ops.height).alias(_PR), as_list.alias(_PL))
+    nodes = nodes.with_columns(ranks.slice(ops.height, nodes.height).alias(_PR0), pl.col("pos").alias(_PL))
+    return ops, nodes
