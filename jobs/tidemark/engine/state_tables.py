@@ -124,7 +124,7 @@ def rows_with_keys(rows: pa.Array | pa.ChunkedArray, key: Sequence[int], keys: p
 
     row = _one_chunk(rows)
     stored = [row.field(j) for j in key]
-    if row.null_count or not all(_compares_as_python(c.type) for c in stored):
+    if row.null_count or not all(compares_as_python(c.type) for c in stored):
         return None
     names = [f"k{i}" for i in range(len(key))]
     try:
@@ -142,7 +142,9 @@ def rows_with_keys(rows: pa.Array | pa.ChunkedArray, key: Sequence[int], keys: p
     return pa.array(mask)
 
 
-def _compares_as_python(t: pa.DataType) -> bool:
+def compares_as_python(t: pa.DataType) -> bool:
+    """Whether Arrow's equality on values of ``t`` is Python's on the values they read back
+    as (not for floats: ``-0.0`` and NaN; nor pickled or nested values)."""
     return (
         pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t)
         or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_decimal(t)

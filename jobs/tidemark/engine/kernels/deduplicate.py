@@ -137,7 +137,7 @@ class DeduplicateKernel:
         if weights.null_count or not np.all(np.abs(weights.to_numpy(zero_copy_only=False)) == 1):
             return False
         key_types = [self.types[j] for j in self._identity_indexes()] + [self.types[j] for j in self.stage.pk]
-        if not all(_compares_as_python(t) for t in key_types):
+        if not all(T.compares_as_python(t) for t in key_types):
             return False
         if stored is None:
             return True
@@ -321,13 +321,6 @@ def _segment_cum_min(values: pl.Expr) -> pl.Expr:
     step = pl.lit(2**32, pl.Int64)
     offset = pl.col(_START).cast(pl.Int64).cum_sum() * step
     return (values - offset).cum_min() + offset
-
-
-def _compares_as_python(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t)
-        or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_decimal(t)
-    )  # fmt: skip
 
 
 def _depth(ops: pl.DataFrame) -> int:
