@@ -23,6 +23,7 @@ from tidemark.engine.kernels.materializer import COLUMNAR_MIN_CHANGES, KERNEL_MI
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.materializer import SinkMaterializer
 from tidemark.engine.types import INT, STRING
+from test_materializer_kernel import change  # the random changes of the per-key equivalence
 
 TYPED = (("id", INT), ("k", INT), ("v", STRING))
 SCHEMA = pa.schema([("id", pa.int32()), ("k", pa.int32()), ("v", pa.string())])
@@ -62,13 +63,6 @@ def columnar_calls(monkeypatch) -> list[bool]:
     return calls
 
 
-row_values = st.tuples(st.integers(0, 2), st.integers(0, 2), st.sampled_from([None, "a", "b"]))
-change = st.builds(
-    lambda kind, row, pos: Change(kind, row, (pos,)),
-    st.sampled_from(["+I", "+U", "-U", "-D"]),
-    row_values,
-    st.integers(0, 6),
-)
 batches = st.lists(st.lists(change, min_size=1, max_size=14), min_size=1, max_size=5)
 
 
