@@ -102,29 +102,38 @@ class DeduplicateKernel:
         ops = self._ops(table, rows)
         nodes = self._stored_nodes(stored, rows, ops.select(pk).unique())
         depth = max([_depth(ops), _list_depth(nodes, "pos")])
-        ops, nodes = _ranked(ops, nodes, depth)
-        # one integer per identity the batch touches (null on a stored row it does not touch)
-        ids = ops.select(keys).unique(maintain_order=True).with_row_index(_GID)
-        ops = ops.join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
-        nodes = nodes.join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        eager_ops, eager_nodes = _ranked(ops, nodes, depth)
+        # from here on lazy plans, collected twice (``_queues``, then below): each eager polars
+        # call has a fixed cost, which a bucket's call would otherwise pay some thirty times.
+        # One integer per identity the batch touches (null on a stored row it does not touch):
+        ids = eager_ops.select(keys).unique(maintain_order=True).with_row_index(_GID).lazy()
+        ops = eager_ops.lazy().join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        nodes = eager_nodes.lazy().join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
         touched = nodes.filter(pl.col(_GID).is_not_null())
         n_stored = stored.num_rows if stored is not None else 0
         if self.stage.upsert_key is None:
-            older = ops.join(touched.select(_GID, _PR0), on=_GID)
-            if older.filter(pl.col(_ADD) & (pl.col(_PR) < pl.col(_PR0))).height:
-                return None  # an add older than its row's newest stored copy: per PK
+            # an add older than its row's newest stored copy would land inside its queue
+            older = ops.join(touched.select(_GID, _PR0), on=_GID).filter(pl.col(_ADD) & (pl.col(_PR) < pl.col(_PR0)))
             live, lost = self._queues(ops, touched, rows, n_stored)
         else:
+            older = ops.head(0)
             live, lost = self._replacements(ops, touched, rows, n_stored)
-        if lost:
-            ctx.metrics["retractions_without_state"] += lost
         untouched = nodes.filter(pl.col(_GID).is_null())
         final = pl.concat(
-            [untouched.select(*rows, _PR0, _PL, _COPIES, _SIDX).rename({_PR0: _PR, _SIDX: _SEQ}),
-             live.select(*rows, _PR, _PL, _COPIES, _SEQ)],
-            how="vertical_relaxed",
+            [untouched.select(*rows, pl.col(_PR0).alias(_PR), _PL, _COPIES, pl.col(_SIDX).alias(_SEQ)),
+             live.select(*rows, _PR, _PL, _COPIES, pl.col(_SEQ).cast(pl.Int64))],
         ).sort([*pk, _PR, _SEQ], nulls_last=False, maintain_order=True)  # fmt: skip
-        return self._state(stored, nodes, final, rows), self._output(ops, nodes, final, rows, pk, table.schema)
+        out = self._output(ops, nodes, final, rows, pk, table.schema)
+        n_older, n_lost, final, out, read = pl.collect_all(
+            [older.select(pl.len()), lost, final, out, nodes.select(_SIDX)]
+        )
+        if n_older.item():
+            return None  # per PK
+        if n_lost.item():
+            ctx.metrics["retractions_without_state"] += int(n_lost.item())
+        names = [*rows, KIND, WEIGHT, *(n for n in table.schema.names if n.startswith(POS_PREFIX))]
+        output = ChangeBatch.from_table(out.to_arrow().cast(pa.schema([table.schema.field(n) for n in names])))
+        return self._state(stored, read, final, rows), output
 
     # ------------------------------------------------------------------ eligibility
 
@@ -178,10 +187,10 @@ class DeduplicateKernel:
 
     # ------------------------------------------------------------------ per identity
 
-    def _queues(self, ops: pl.DataFrame, touched: pl.DataFrame, rows: list[str], n_stored: int) -> tuple[pl.DataFrame, int]:
+    def _queues(self, ops: pl.LazyFrame, touched: pl.LazyFrame, rows: list[str], n_stored: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         """No upsert key: each touched identity's final row, if it keeps a copy (module
-        docstring), and the lost retractions. ``touched``: the stored rows of the touched
-        identities."""
+        docstring), and the lost retractions (a frame of one value). ``touched``: the stored
+        rows of the touched identities."""
         stored = touched.select(
             _GID, _PR0, _SIDX,
             pl.col(_COPIES).list.len().fill_null(1).alias(_C0),
@@ -191,7 +200,7 @@ class DeduplicateKernel:
         add = pl.col(_ADD)
         walk = ops.join(stored, on=_GID, how="left").sort(_GID, _I)
         walk = walk.with_columns(pl.col(_C0).fill_null(0), _segment_start())
-        walk = walk.with_columns(_running_count(pl.when(add).then(1).otherwise(-1)).alias("$s"))
+        walk = walk.with_columns(_running_count(pl.when(add).then(pl.lit(1, pl.Int64)).otherwise(pl.lit(-1, pl.Int64))).alias("$s"))
         walk = walk.with_columns(pl.min_horizontal(pl.lit(0), _segment_cum_min(pl.col("$s"))).alias("$low"))
         walk = walk.with_columns((pl.col("$s") - pl.col("$low")).alias("$c"))
         # the last empty moment: a change that left no copy, or before the batch when the state held none
@@ -212,48 +221,55 @@ class DeduplicateKernel:
             pl.col(_SIDX).first(), pl.col(_PR0).first(), pl.col(_PL0).first(),
             pl.col("$stored_copies").first(),
         )  # fmt: skip
-        lost = int(per_id.get_column("$lost").sum() or 0)
+        lost = per_id.select(pl.col("$lost").sum())
         live = per_id.filter(pl.col("$c") > 0).select(
             *rows, _GID, "$c", "$stored_copies",
             pl.coalesce("$pr_new", _PR0).alias(_PR),
             pl.coalesce("$pl_new", _PL0).alias(_PL),  # the newest copy: the last add, else the stored newest
-            pl.lit(None, pl.List(pl.List(pl.Int64))).alias(_COPIES),
+            pl.lit(None).cast(pl.List(pl.List(pl.Int64))).alias(_COPIES),
             pl.coalesce(pl.col("$linked") + n_stored, _SIDX).alias(_SEQ),
         )
-        several = live.filter(pl.col("$c") > 1)
-        if several.height:  # identical copies: the last $c of (stored copies ++ the batch's adds)
-            adds = walk.filter(add).join(several.select(_GID), on=_GID, how="semi").group_by(_GID).agg(
-                pl.col(_PL).alias("$adds")
-            )
-            copies = several.join(adds, on=_GID, how="left").select(
-                _GID,
-                pl.concat_list(pl.col("$stored_copies").fill_null(pl.lit([], pl.List(pl.List(pl.Int64)))),
-                               pl.col("$adds").fill_null(pl.lit([], pl.List(pl.List(pl.Int64)))))
-                .list.tail(pl.col("$c")).alias("$all"),
-            )  # fmt: skip
-            live = live.join(copies, on=_GID, how="left", maintain_order="left").with_columns(
-                pl.coalesce("$all", _COPIES).alias(_COPIES)
-            )
-        return live, lost
+        live, lost = pl.collect_all([live, lost])
+        return self._with_copies(live, walk).lazy(), lost.lazy()
 
-    def _replacements(self, ops: pl.DataFrame, touched: pl.DataFrame, rows: list[str], n_stored: int) -> tuple[pl.DataFrame, int]:
+    @staticmethod
+    def _with_copies(live: pl.DataFrame, walk: pl.LazyFrame) -> pl.DataFrame:
+        """Identities left with several identical copies: the last ``$c`` of (stored copies ++
+        the batch's adds); rare, so computed only when there are some."""
+        several = live.filter(pl.col("$c") > 1)
+        if several.height == 0:
+            return live
+        adds = walk.filter(pl.col(_ADD)).join(several.lazy().select(_GID), on=_GID, how="semi").group_by(_GID).agg(
+            pl.col(_PL).alias("$adds")
+        ).collect()
+        none = pl.lit([], pl.List(pl.List(pl.Int64)))
+        copies = several.join(adds, on=_GID, how="left").select(
+            _GID,
+            pl.concat_list(pl.col("$stored_copies").fill_null(none), pl.col("$adds").fill_null(none))
+            .list.tail(pl.col("$c")).alias("$all"),
+        )  # fmt: skip
+        return live.join(copies, on=_GID, how="left", maintain_order="left").with_columns(
+            pl.coalesce("$all", _COPIES).alias(_COPIES)
+        )
+
+    def _replacements(self, ops: pl.LazyFrame, touched: pl.LazyFrame, rows: list[str], n_stored: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
         """With an upsert key: each touched identity's final row (its last change, if an add),
         and the lost retractions (module docstring)."""
         add = pl.col(_ADD)
         walk = ops.join(touched.select(_GID, _SIDX), on=_GID, how="left", maintain_order="left")
         before = pl.col(_ADD).shift(1).over(_GID)
         present = pl.when(before.is_null()).then(pl.col(_SIDX).is_not_null()).otherwise(before)
-        lost = int(walk.select((~add & ~present).sum()).item() or 0)
+        lost = walk.select((~add & ~present).sum())
         last = walk.group_by(_GID, maintain_order=True).agg(pl.col(c).last() for c in [*rows, _ADD, _PR, _PL, _I])
         live = last.filter(add).select(
-            *rows, _PR, _PL, pl.lit(None, pl.List(pl.List(pl.Int64))).alias(_COPIES), (pl.col(_I) + n_stored).alias(_SEQ)
+            *rows, _PR, _PL, pl.lit(None).cast(pl.List(pl.List(pl.Int64))).alias(_COPIES), (pl.col(_I) + n_stored).alias(_SEQ)
         )
         return live, lost
 
     # ------------------------------------------------------------------ results
 
-    def _output(self, ops: pl.DataFrame, nodes: pl.DataFrame, final: pl.DataFrame, rows: list[str], pk: list[str],
-                schema: pa.Schema) -> ChangeBatch:
+    def _output(self, ops: pl.LazyFrame, nodes: pl.LazyFrame, final: pl.LazyFrame, rows: list[str], pk: list[str],
+                schema: pa.Schema) -> pl.LazyFrame:
         """Per touched PK, the diff between its last row before and after, at the greatest
         position of its changes; PKs in the order of their first change."""
         pos = [n for n in schema.names if n.startswith(POS_PREFIX)]
@@ -275,14 +291,12 @@ class DeduplicateKernel:
             "$first", pl.lit(1).alias("$part"), *(pl.col(new_names[c]).alias(c) for c in rows),
             pl.when(had).then(pl.lit("+U")).otherwise(pl.lit("+I")).alias(KIND), pl.lit(1, pl.Int64).alias(WEIGHT), *pos,
         )  # fmt: skip
-        out = pl.concat([retract, insert]).sort("$first", "$part").drop("$first", "$part")
-        names = [*rows, KIND, WEIGHT, *pos]
-        table = out.select(names).to_arrow()
-        return ChangeBatch.from_table(table.cast(pa.schema([schema.field(n) for n in names])))
+        return pl.concat([retract, insert]).sort("$first", "$part").select(*rows, KIND, WEIGHT, *pos)
 
-    def _state(self, stored: pa.Table | None, nodes: pl.DataFrame, final: pl.DataFrame, rows: list[str]) -> pa.Table | None:
-        """The bucket's table: the untouched PKs' rows as stored, the touched PKs' rows in list
-        order, sorted by PK as ``SinkMaterializer`` stores them."""
+    def _state(self, stored: pa.Table | None, read: pl.DataFrame, final: pl.DataFrame, rows: list[str]) -> pa.Table | None:
+        """The bucket's table: the untouched PKs' rows as stored, the touched PKs' rows (``final``,
+        in list order; ``read``: the stored rows they replace), sorted by PK as
+        ``SinkMaterializer`` stores them."""
         children = [final.get_column(c).to_arrow().cast(t) for c, t in zip(rows, self.types)]
         written = pa.table({
             "row": pa.StructArray.from_arrays(children, names=self.names),
@@ -292,7 +306,7 @@ class DeduplicateKernel:
         parts = [written]
         if stored is not None and stored.num_rows:
             keep = np.ones(stored.num_rows, dtype=bool)
-            keep[nodes.get_column(_SIDX).to_numpy()] = False
+            keep[read.get_column(_SIDX).to_numpy()] = False
             parts.insert(0, stored.replace_schema_metadata(None).filter(pa.array(keep)))
         merged = pa.concat_tables(parts).combine_chunks()
         if merged.num_rows == 0:
