@@ -32,36 +32,33 @@ PK's changes. PKs come out in the order of their first change in the batch, as t
 adapter orders them.
 
 This path runs only where its arithmetic is the stage's exactly (``DeduplicateKernel.run``
-returns None otherwise and the caller takes the per-PK path): planner-typed rows whose
-stored columns hold those types, keys compared as Python compares them (no floating point,
-nested or pickled key columns), no TTL, changes of weight +-1, and adds no earlier than the
-newest stored copy of their row (an out-of-order add would land inside a queue).
+returns None otherwise and the caller takes the per-PK path): where ``kernels.sink_table``
+says the batch and the stored table are typed as a columnar strategy needs, and where no add
+is earlier than the newest stored copy of its row (an out-of-order add would land inside a
+queue).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from tidemark.engine import state_tables as T
-from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import sorted_table
+from tidemark.engine.kernels.sink_table import ADD as _ADD
+from tidemark.engine.kernels.sink_table import ARR as _ARR
+from tidemark.engine.kernels.sink_table import OP as _I
+from tidemark.engine.kernels.sink_table import SIDX as _SIDX
+from tidemark.engine.kernels.sink_table import SinkTableKernel
 
 if TYPE_CHECKING:
     from tidemark.engine.stage import BatchContext
-    from tidemark.engine.stages.materializer import SinkMaterializer
 
-_ARR = "$arr"  # a change's index in the batch as it arrived: orders the PKs
-_I = "$op"  # a change's index in the canonical order
-_ADD = "$add"
 _PR = "$pr"  # a position's rank among the call's positions
 _PL = "$pl"  # a position as a list
 _SEQ = "$seq"  # the moment a row was last linked: stored rows by their place, then the batch's
-_SIDX = "$sidx"
 _C0, _PR0 = "$c0", "$pr0"  # stored copies and newest position's rank
 _COPIES = "$copies"
 _GID = "$gid"  # an identity the batch touches, as one integer
@@ -69,26 +66,10 @@ _PL0 = "$pl0"  # a stored row's newest position as a list
 _START = "$start"  # the first change of its identity (changes sorted by identity)
 
 
-class DeduplicateKernel:
+class DeduplicateKernel(SinkTableKernel):
     """The batch form of one DEDUPLICATE ``SinkMaterializer`` (module docstring)."""
 
-    def __init__(self, stage: SinkMaterializer) -> None:
-        self.stage = stage
-        columns = stage.columns or ()
-        self.names = [n for n, _ in columns]
-        try:
-            self.types = [arrow_type(t) if t is not None else None for _, t in columns]
-        except ValueError:
-            self.types = [None]
-        self.row_type = pa.struct(list(zip(self.names, self.types))) if self.enabled else None
-
-    @property
-    def enabled(self) -> bool:
-        """Whether the stage's rows are typed as this path needs (module docstring)."""
-        return (
-            self.stage.strategy == "DEDUPLICATE" and self.stage.ttl_ms is None and bool(self.names)
-            and all(t is not None for t in self.types)
-        )  # fmt: skip
+    strategies = ("DEDUPLICATE",)
 
     def run(self, table: pa.Table, stored: pa.Table | None, ctx: BatchContext) -> tuple[pa.Table | None, ChangeBatch] | None:
         """(the bucket's new stored table, None when empty; the output) for the batch ``table``
@@ -97,9 +78,9 @@ class DeduplicateKernel:
         rows = [c for c in table.column_names if not c.startswith("$")]
         if not self._fits(table, rows, stored):
             return None
-        keys = self._identity(rows)
+        keys = self.identity(rows)
         pk = [rows[j] for j in self.stage.pk]
-        ops = self._ops(table, rows)
+        ops = self.ops(table, rows)
         nodes = self._stored_nodes(stored, rows, ops.select(pk).unique())
         depth = max([_depth(ops), _list_depth(nodes, "pos")])
         eager_ops, eager_nodes = _ranked(ops, nodes, depth)
@@ -135,55 +116,17 @@ class DeduplicateKernel:
         output = ChangeBatch.from_table(out.to_arrow().cast(pa.schema([table.schema.field(n) for n in names])))
         return self._state(stored, read, final, rows), output
 
-    # ------------------------------------------------------------------ eligibility
-
-    def _fits(self, table: pa.Table, rows: list[str], stored: pa.Table | None) -> bool:
-        if not self.enabled or len(rows) != len(self.names):
-            return False
-        if [table.schema.field(r).type for r in rows] != self.types:
-            return False
-        weights = table.column(WEIGHT)
-        if weights.null_count or not np.all(np.abs(weights.to_numpy(zero_copy_only=False)) == 1):
-            return False
-        key_types = [self.types[j] for j in self._identity_indexes()] + [self.types[j] for j in self.stage.pk]
-        if not all(T.compares_as_python(t) for t in key_types):
-            return False
-        if stored is None:
-            return True
-        want = {"row": self.row_type, "pos": T.POSITION, "copies": pa.list_(T.POSITION)}
-        return stored.column_names == list(want) and all(stored.schema.field(n).type == t for n, t in want.items())
-
-    def _identity_indexes(self) -> tuple[int, ...]:
-        upsert_key = self.stage.upsert_key
-        return tuple(range(len(self.names))) if upsert_key is None else (*self.stage.pk, *upsert_key)
-
-    def _identity(self, rows: list[str]) -> list[str]:
-        return list(dict.fromkeys(rows[j] for j in self._identity_indexes()))
-
     # ------------------------------------------------------------------ inputs
 
-    def _ops(self, table: pa.Table, rows: list[str]) -> pl.DataFrame:
-        """The batch's changes in the canonical order: row columns, ``$op``, ``$arr``,
-        ``$add`` and the position columns."""
-        arrived = table.append_column(_ARR, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-        df = pl.from_arrow(sorted_table(arrived))
-        pos = [c for c in df.columns if c.startswith(POS_PREFIX)]
-        return df.select(*rows, *pos, _ARR, (pl.col(WEIGHT) > 0).alias(_ADD)).with_row_index(_I).with_columns(
-            pl.col(_I).cast(pl.Int64)
-        )
+    def _fits(self, table: pa.Table, rows: list[str], stored: pa.Table | None) -> bool:
+        return self.batch_fits(table, rows) and self.stored_fits(stored, {"pos": T.POSITION, "copies": pa.list_(T.POSITION)})
 
     def _stored_nodes(self, stored: pa.Table | None, rows: list[str], pks: pl.DataFrame) -> pl.DataFrame:
-        """The stored rows of the PKs in ``pks``: row columns, ``$sidx`` (their place in the
-        stored table, which keeps each PK's rows in list order), ``pos`` and ``$copies`` (the
-        copies' positions, oldest first; null for one copy)."""
-        if stored is None or stored.num_rows == 0:
-            schema = {**dict(zip(rows, pl.from_arrow(pa.schema(zip(rows, self.types)).empty_table()).dtypes)),
-                      _SIDX: pl.Int64, "pos": pl.List(pl.Int64), _COPIES: pl.List(pl.List(pl.Int64))}  # fmt: skip
-            return pl.DataFrame(schema=schema)
-        df = pl.from_arrow(stored).with_row_index(_SIDX).with_columns(pl.col(_SIDX).cast(pl.Int64))
-        df = df.unnest("row").rename(dict(zip(self.names, rows))).rename({"copies": _COPIES})
-        pk = list(pks.columns)
-        return df.join(pks, on=pk, how="semi", nulls_equal=True)
+        """The stored rows of the PKs in ``pks`` (``$sidx``: their place in the stored table,
+        which keeps each PK's rows in list order), with ``pos`` and ``$copies`` (the copies'
+        positions, oldest first; null for one copy)."""
+        nodes = self.stored_rows(stored, rows, pks, {"pos": pl.List(pl.Int64), "copies": pl.List(pl.List(pl.Int64))})
+        return nodes.rename({"copies": _COPIES})
 
     # ------------------------------------------------------------------ per identity
 
@@ -297,21 +240,12 @@ class DeduplicateKernel:
         """The bucket's table: the untouched PKs' rows as stored, the touched PKs' rows (``final``,
         in list order; ``read``: the stored rows they replace), sorted by PK as
         ``SinkMaterializer`` stores them."""
-        children = [final.get_column(c).to_arrow().cast(t) for c, t in zip(rows, self.types)]
         written = pa.table({
-            "row": pa.StructArray.from_arrays(children, names=self.names),
+            "row": self.row_struct(final, rows),
             "pos": final.get_column(_PL).to_arrow().cast(T.POSITION),
             "copies": final.get_column(_COPIES).to_arrow().cast(pa.list_(T.POSITION)),
         })  # fmt: skip
-        parts = [written]
-        if stored is not None and stored.num_rows:
-            keep = np.ones(stored.num_rows, dtype=bool)
-            keep[read.get_column(_SIDX).to_numpy()] = False
-            parts.insert(0, stored.replace_schema_metadata(None).filter(pa.array(keep)))
-        merged = pa.concat_tables(parts).combine_chunks()
-        if merged.num_rows == 0:
-            return None
-        return T.sorted_by_key(merged, self.stage.pk)
+        return self.merged(stored, read.get_column(_SIDX), written)
 
 
 def _segment_start() -> pl.Expr:
