@@ -12,12 +12,13 @@ What stays per PK, in Python: applying the surviving ops to that PK's state
 per-key path's by construction. The state is the stage's own per PK (``ActiveRows`` for
 DEDUPLICATE, ``CurrentRow`` otherwise) in a ``Bucket`` keyed by the PK tuple, the layout the
 stage's typed state protocol stores (``tidemark.engine.state_codec``), so the replay host,
-the Spark host and the per-key adapter share one state. DEDUPLICATE's record order per PK (each
-add and retraction is applied against the active rows one by one, and which identical copy a
-retraction removes depends on what came before) is position arithmetic per identity
-(``kernels.deduplicate``), which runs on the stored bucket's table itself when the batch is
-large enough (``columnar_min_changes``) and both are typed as that path needs; otherwise its
-ops are walked per PK. NOTHING and ERROR walk only what survives the pair cancelling.
+the Spark host and the per-key adapter share one state. When the batch is large enough
+(``columnar_min_changes``) and it and the stored bucket are typed as they need
+(``kernels.sink_table``), each strategy's record order per PK is arithmetic per identity over
+the stored bucket's table itself instead: ``kernels.deduplicate`` (each add and retraction
+against the active rows one by one; which identical copy a retraction removes depends on
+what came before) and ``kernels.current_row`` (NOTHING and ERROR). Otherwise DEDUPLICATE's
+ops are walked per PK, and NOTHING's and ERROR's only what survives the pair cancelling.
 
 Host group ids (``ChangeBatch.groups``, the Spark host) are not used: the PK is the group.
 A batch of fewer than ``min_changes`` changes (the stage asks for ``KERNEL_MIN_CHANGES``)
@@ -44,6 +45,7 @@ from tidemark.engine.batch import WEIGHT, ChangeBatch
 from tidemark.engine.batch_columns import sorted_table
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.kernels.current_row import CurrentRowKernel, survives_pair_cancelling
 from tidemark.engine.kernels.deduplicate import DeduplicateKernel
 from tidemark.engine.kernels.table_bucket import TableBucket
 from tidemark.engine.stage import BatchContext
@@ -53,9 +55,9 @@ from tidemark.engine.stages.materializer import SinkMaterializer
 #: (docs/running.md, "The sink materializer's batch kernel": the Spark host calls it once per
 #: state bucket, a few hundred changes at W2's batch size)
 KERNEL_MIN_CHANGES = 1500
-#: below this many changes DEDUPLICATE's columnar path (``kernels.deduplicate``) costs more
-#: than the per-PK step: its fixed polars cost (docs/benchmarks.md, "DO DEDUPLICATE on the
-#: stored table")
+#: below this many changes the columnar strategies (``kernels.deduplicate``,
+#: ``kernels.current_row``) cost about what the per-PK step does: their fixed polars cost
+#: (docs/benchmarks.md, "The materializer on the stored table")
 COLUMNAR_MIN_CHANGES = 4000
 _I = "$i"  # a change's index in the batch's change list
 _ADD = "$add"
@@ -78,7 +80,7 @@ class MaterializerKernel:
 
     def __init__(self, stage: SinkMaterializer, min_changes: int = 0, columnar_min_changes: int = 0) -> None:
         """``min_changes``: a smaller batch takes the per-key path (``KERNEL_MIN_CHANGES``);
-        ``columnar_min_changes``: a smaller one does not try DEDUPLICATE's columnar path
+        ``columnar_min_changes``: a smaller one does not try the columnar strategies
         (``COLUMNAR_MIN_CHANGES``)."""
         self.stage = stage
         self.min_changes = min_changes
@@ -86,14 +88,14 @@ class MaterializerKernel:
         self.name = stage.name
         self.n_inputs = stage.n_inputs
         self._per_key = PerKeyAdapter(stage)
-        self._deduplicate = DeduplicateKernel(stage)
+        self._columnar = DeduplicateKernel(stage) if stage.strategy == "DEDUPLICATE" else CurrentRowKernel(stage)
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch]:
         batch = inputs[0]
-        if self._deduplicate.enabled and len(batch) >= max(self.min_changes, self.columnar_min_changes, 1):
-            done = self._columnar_deduplicate(batch, state, ctx)
+        if self._columnar.enabled and len(batch) >= max(self.min_changes, self.columnar_min_changes, 1):
+            done = self._columnar_path(batch, state, ctx)
             if done is not None:
                 return done
         changes = batch.changes()
@@ -128,11 +130,12 @@ class MaterializerKernel:
             emitted.extend(out)
         return state, ChangeBatch(changes=emitted)
 
-    def _columnar_deduplicate(
+    def _columnar_path(
         self, batch: ChangeBatch, state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch] | None:
-        """DEDUPLICATE on the stored table itself (``kernels.deduplicate``), when the bucket is
-        still its stored table (or empty) and the batch fits that path; None otherwise."""
+        """The strategy on the stored table itself (``kernels.deduplicate``,
+        ``kernels.current_row``), when the bucket is still its stored table (or empty) and the
+        batch fits that path; None otherwise."""
         if isinstance(state, TableBucket) and state.table is not None:
             stored = state.table
         elif type(state) is Bucket and not state.states:
@@ -140,7 +143,7 @@ class MaterializerKernel:
         else:
             return None
         try:
-            done = self._deduplicate.run(batch.table(), stored, ctx)
+            done = self._columnar.run(batch.table(), stored, ctx)
         except _NOT_TABULAR:
             return None
         if done is None:
@@ -165,22 +168,10 @@ class MaterializerKernel:
         df = pl.from_arrow(sorted_table(table)).with_columns((pl.col(WEIGHT) > 0).alias(_ADD))
         rows = [c for c in table.column_names if not c.startswith("$")]
         pk = [rows[j] for j in self.stage.pk]
-        keep = pl.lit(True) if self.stage.strategy == "DEDUPLICATE" else _survives_pair_cancelling(rows)
+        keep = pl.lit(True) if self.stage.strategy == "DEDUPLICATE" else survives_pair_cancelling(rows)
         df = df.select(pl.col(_I).min().over(pk).alias(_KEY), _I, _ADD, keep.alias(_KEEP))
         keys = df.group_by(_KEY).agg(pl.col(_I).last().alias(_LAST), pl.col(_KEEP).sum().alias(_N)).sort(_KEY)
         return keys, df.filter(pl.col(_KEEP)).sort(_KEY, maintain_order=True)
-
-
-def _survives_pair_cancelling(rows: list[str]) -> pl.Expr:
-    """Over a batch in the canonical order: per distinct row, ``k = min(adds, retractions)``
-    pairs cancel; the adds after the first ``k`` and the retractions before the last ``k``
-    survive (``materializer.consolidate``)."""
-    add = pl.col(_ADD)
-    n_add = add.sum().over(rows)
-    n_ret = (~add).sum().over(rows)
-    k = pl.min_horizontal(n_add, n_ret)
-    rank = pl.int_range(pl.len()).over([*rows, _ADD])
-    return pl.when(add).then(rank >= k).otherwise(rank < n_ret - k)
 
 
 def _unit_table(batch: ChangeBatch, changes: list[Change]) -> pa.Table:

@@ -1,13 +1,14 @@
-"""Micro-benchmark: DO DEDUPLICATE on the stored table against the per-PK kernel (not a test).
+"""Micro-benchmark: the materializer on the stored table against its per-PK step (not a test).
 
 One bucket of W2's sink (``id BIGINT, level BIGINT, attr STRING``, PK ``id``, no upsert key)
 holding ``--changes / 2`` PKs, and one typed Arrow batch of ``--changes`` changes against it:
 mostly a PK's row moving to another level (``-U``/``+U``), some deletes and new PKs. Each call
 is what the Spark host does per bucket: decode the stored state, ``process_batch``, encode
-the state. ``MaterializerKernel`` with its columnar DEDUPLICATE path and with that path off
-(the per-PK step), alternately, medians of ``--repeats`` runs each.
+the state. ``MaterializerKernel`` with its columnar path (``kernels.deduplicate``,
+``kernels.current_row``) and with that path off (the per-PK step), alternately, medians of
+``--repeats`` runs each, for DO DEDUPLICATE and DO NOTHING.
 
-Run:  .venv/bin/python tests/bench/bench_deduplicate_kernel.py [--changes 40000] [--repeats 5]
+Run:  .venv/bin/python tests/bench/bench_materializer_columnar.py [--changes 40000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -68,20 +69,21 @@ def timed(kernel: MaterializerKernel, stage: SinkMaterializer, stored: bytes, ba
 def main() -> None:
     args = parse_args(__doc__)
     warm, changes = workload(args.changes, args.seed)
-    stage = SinkMaterializer("t", (0,), ("id",), None, "DEDUPLICATE", columns=COLUMNS)
-    columnar, per_pk = MaterializerKernel(stage), MaterializerKernel(stage)
-    per_pk._deduplicate.names = []  # the columnar path off: the per-PK step
-    warm_bucket, _ = per_pk.process_batch([ChangeBatch.from_changes(warm, SCHEMA)], stage.empty_state(),
-                                          BatchContext(metrics=Counter()))  # fmt: skip
-    stored = state_codec.encode_state(stage, warm_bucket)
     table = ChangeBatch.from_changes(changes, SCHEMA).table()
-    t_columnar, t_per_pk = [], []
-    for _ in range(args.repeats):
-        t_per_pk.append(timed(per_pk, stage, stored, ChangeBatch.from_table(table)))
-        t_columnar.append(timed(columnar, stage, stored, ChangeBatch.from_table(table)))
-    a, b = statistics.median(t_per_pk), statistics.median(t_columnar)
     print(f"{len(changes)} changes against {len(warm)} stored PKs, medians of {args.repeats}")
-    print(f"per-PK step {a:.3f} s, columnar {b:.3f} s: {a / b:.2f}x")
+    for strategy in ("DEDUPLICATE", "NOTHING"):
+        stage = SinkMaterializer("t", (0,), ("id",), None, strategy, columns=COLUMNS)
+        columnar, per_pk = MaterializerKernel(stage), MaterializerKernel(stage)
+        per_pk._columnar.names = []  # the columnar path off: the per-PK step
+        warm_bucket, _ = per_pk.process_batch([ChangeBatch.from_changes(warm, SCHEMA)], stage.empty_state(),
+                                              BatchContext(metrics=Counter()))  # fmt: skip
+        stored = state_codec.encode_state(stage, warm_bucket)
+        t_columnar, t_per_pk = [], []
+        for _ in range(args.repeats):
+            t_per_pk.append(timed(per_pk, stage, stored, ChangeBatch.from_table(table)))
+            t_columnar.append(timed(columnar, stage, stored, ChangeBatch.from_table(table)))
+        a, b = statistics.median(t_per_pk), statistics.median(t_columnar)
+        print(f"{strategy:<12} per-PK step {a * 1e3:7.1f} ms, columnar {b * 1e3:7.1f} ms: {a / b:.2f}x")
 
 
 if __name__ == "__main__":
