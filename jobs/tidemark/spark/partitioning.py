@@ -7,7 +7,7 @@ that of its busiest partition. With the bucket index itself as the value, Spark'
 same one: a core idles while the other does the stage.
 
 So bucket ``b`` of ``n`` travels as the smallest non-negative int whose Spark hash is ``b``
-modulo ``n``. For any partition count ``P`` that divides ``n`` (the default 16 buckets over
+modulo ``n``. For any partition count ``P`` that divides ``n`` (e.g. 16 buckets over
 2, 4, 8 or 16 partitions) the partition of bucket ``b`` is then ``b mod P``: every partition
 holds exactly ``n / P`` buckets. Other counts spread as evenly as a hash does.
 
