@@ -13,8 +13,12 @@ from tidemark.spark.session import session_conf
 CHILD = textwrap.dedent(
     """
     import os, sys
-    from tidemark.spark.worker_daemon import preload
-    preload()
+    import gc
+    from tidemark.spark.worker_daemon import prepare
+    prepare()
+    # what the preload made is frozen: a collection in a forked worker does not walk it
+    assert gc.get_freeze_count() > 50_000, gc.get_freeze_count()
+    assert len(gc.get_objects()) < 1_000, len(gc.get_objects())
     assert "tidemark.spark.query" in sys.modules and "tidemark.engine.kernels.upsert" in sys.modules
     for _ in range(3):
         pid = os.fork()

@@ -17,6 +17,7 @@ test through this daemon.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import pkgutil
 
@@ -52,8 +53,19 @@ def preload(names: tuple[str, ...] = PRELOAD) -> None:
                     continue
 
 
-if __name__ == "__main__":
+def prepare() -> None:
+    """Preload, then move every object made so far out of the garbage collector's reach.
+
+    pyspark's daemon runs ``gc.collect()`` in a reused worker after every task. Without the
+    freeze, each of those collections walks every object the preload made (pandas, polars,
+    pyarrow, pyspark): CPU on every task, and a write to every page the fork shares with the
+    daemon (copy-on-write), so each worker's memory grows by the daemon's size."""
     preload()
+    gc.freeze()
+
+
+if __name__ == "__main__":
+    prepare()
     from pyspark import daemon
 
     daemon.manager()
