@@ -94,6 +94,38 @@ def test_upsert_sink_replay_leaves_the_materialized_table_unchanged(spark, kafka
     assert [json.loads(r.value)["level"] for r in read_topic(kafka_bootstrap, topic) if r.key == b'{"id":1}'][-2:] == [20, 30]
 
 
+def _stages_of(spark, group: str, write) -> int:
+    """The Spark stages the jobs of ``write()`` ran (its job group ``group``)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        write()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    return sum(len(tracker.getJobInfo(j).stageIds) for j in tracker.getJobIdsForGroup(group))
+
+
+def test_a_frame_keyed_by_the_pk_is_produced_without_a_shuffle_and_gives_the_same_table(
+        spark, kafka_bootstrap, make_topic):
+    # every change of one id in one blob, and each blob's partition chosen by its id: what a
+    # keyed stage on the sink PK hands the sink (``query.keyed_by_sink_pk``)
+    by_id: dict[int, list[Change]] = {}
+    for c in SEED_BATCH:
+        by_id.setdefault(c.row[0], []).append(c)
+    keyed = spark.createDataFrame([(k, 0, encode_changes(cs)) for k, cs in by_id.items()], BLOB_SCHEMA)
+    keyed = keyed.repartition(2, "bucket")
+    tables, stages = [], []
+    for flag in (False, True):
+        table = t1("upsert-json", make_topic(partitions=2, compacted=True))
+        sink = UpsertSink(kafka_bootstrap, table)
+        stages.append(_stages_of(spark, f"keyed-{flag}", lambda: sink.write_batch(keyed, 0, keyed=flag)))
+        tables.append(decoded_table(kafka_bootstrap, table))
+    assert tables[0] == tables[1] == {1: (1, 20, "b1"), 3: (3, 7, "y")}
+    # the frame's own shuffle is one stage; the unkeyed write adds its split-and-shuffle stage
+    assert stages[1] < stages[0], stages
+
+
 # ---------------------------------------------------------------- changelog sink
 
 def test_changelog_sink_writes_each_batch_once_in_source_position_order(spark, kafka_bootstrap, make_topic):

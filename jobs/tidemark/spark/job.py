@@ -36,7 +36,7 @@ from tidemark.engine.pipeline import Pipeline
 from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
 from tidemark.spark.source import open_bounded_sources
-from tidemark.spark.query import SINK_COLUMN, DeadLetterAccumulator, build_query_frame, source_tables
+from tidemark.spark.query import SINK_COLUMN, DeadLetterAccumulator, build_query_frame, keyed_by_sink_pk, source_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -173,7 +173,7 @@ class PipelineJob:
     ):
         from tidemark.spark.delta import delta_joins
         from tidemark.spark.index_service import JobIndex
-        from tidemark.spark.sink import DeadLetterSink, sink_writer
+        from tidemark.spark.sink import DeadLetterSink, UpsertSink, sink_writer
 
         self.spark = spark
         self.pipeline = pipeline
@@ -195,6 +195,9 @@ class PipelineJob:
             for t in pipeline.sinks
         }
         self.sink: Any = self.sinks[pipeline.sink.name]
+        #: the upsert sinks whose changes arrive keyed by their PK (no shuffle of their own)
+        self.keyed_sinks = {t.table.name for t in pipeline.sinks
+                            if isinstance(self.sinks[t.table.name], UpsertSink) and keyed_by_sink_pk(pipeline, t.node_id)}
         self.sink_topic = self.sink.topic
         self.sink_writer_id = self._writer_id(pipeline.sink.name)
         self.dlq_writer_id = f"{self.name}.dlq.{self.run_id}"
@@ -288,7 +291,7 @@ class PipelineJob:
             df.count()
             return 0
         if not self.pipeline.statement_set:
-            return _written(self.sink.write_batch(df, batch_id))
+            return _written(self._write_sink(self.pipeline.sink.name, df, batch_id))
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -297,12 +300,16 @@ class PipelineJob:
         try:
             df.count()  # runs the stages once, whichever sinks still write
             return sum(
-                _written(self.sinks[name].write_batch(df.where(F.col(SINK_COLUMN) == index[name]).drop(SINK_COLUMN),
-                                                      batch_id))
+                _written(self._write_sink(name, df.where(F.col(SINK_COLUMN) == index[name]).drop(SINK_COLUMN), batch_id))
                 for name in pending
             )
         finally:
             df.unpersist()
+
+    def _write_sink(self, name: str, df: DataFrame, batch_id: int) -> Any:
+        if name in self.keyed_sinks:
+            return self.sinks[name].write_batch(df, batch_id, keyed=True)
+        return self.sinks[name].write_batch(df, batch_id)
 
     def start(self, until_idle: bool = False) -> StreamingQuery:
         """Start the query. ``until_idle``: read what is in the topics now (in

@@ -45,7 +45,7 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
 from tidemark.engine.event_time import END_OF_INPUT
-from tidemark.engine.fusion import FusedStage, fused_pairs
+from tidemark.engine.fusion import FusedStage, fused_pairs, output_key_columns
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import StatelessStage
 from tidemark.engine import batch_ipc
@@ -320,6 +320,21 @@ def _fused_output(pipeline: Pipeline, node: Any, firsts: dict[int, list[_Output]
                                schema=out_schema, fed_schema=fed_schema)
 
     return _Output(build, [], schema)
+
+
+def keyed_by_sink_pk(pipeline: Pipeline, sink_node_id: int) -> bool:
+    """Whether the query frame's rows for this sink hold every change of one sink PK in one
+    Spark partition: the sink reads a keyed stage directly, run by its own operator, whose
+    key is the sink's PK where the stage emits it (a materializer, a merge engine, an
+    aggregate grouped by the PK). Each partition of that operator emits only the buckets
+    it owns, and a bucket holds all changes of its keys, so the sink needs no shuffle of
+    its own (``UpsertSink.write_batch``'s ``keyed``)."""
+    sink = pipeline.nodes[sink_node_id]
+    up = pipeline.nodes[sink.inputs[0]]
+    if not _is_keyed(up.stage) or is_delta_join(up.stage):
+        return False
+    table = pipeline.tables[sink.table]
+    return output_key_columns(up.stage) == tuple(table.pk_indexes)
 
 
 def build_query_frame(

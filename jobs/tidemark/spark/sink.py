@@ -98,13 +98,16 @@ class UpsertSink:
         self.flush_timeout_s = flush_timeout_s
         self.metrics: Counter = Counter()
 
-    def write_batch(self, df: DataFrame, batch_id: int) -> int:
+    def write_batch(self, df: DataFrame, batch_id: int, keyed: bool = False) -> int:
         """Write one batch; returns the number of records produced.
 
         Two Arrow passes: split the batch's changes by sink primary key into one blob per
         task and key bucket, shuffle by bucket, then net each key's changes to one
         (``net_upserts``, ``net_upsert`` over a whole batch), encode and produce. Both stay
-        on the node's Arrow columns: no row is pickled or built as a ``Change``."""
+        on the node's Arrow columns: no row is pickled or built as a ``Change``.
+        ``keyed``: every change of one PK is already in one partition of ``df``
+        (``tidemark.spark.query.keyed_by_sink_pk``), so the produce pass runs on ``df`` as
+        it stands, in the same Spark stage as the operator that made it."""
         from tidemark.engine import batch_ipc
         from tidemark.spark.keyed import BLOB_SCHEMA, arrow_pairs, blob_batch, blob_rows
 
@@ -152,8 +155,10 @@ class UpsertSink:
                 raise
             yield pa.RecordBatch.from_pydict({"n": pa.array([n], pa.int64())})
 
-        split_df = df.select("bucket", "input", "batch").mapInArrow(split, BLOB_SCHEMA)
-        written = sum(r["n"] for r in split_df.repartition("bucket").mapInArrow(produce, "n bigint").collect())
+        blobs = df.select("bucket", "input", "batch")
+        if not keyed:
+            blobs = blobs.mapInArrow(split, BLOB_SCHEMA).repartition("bucket")
+        written = sum(r["n"] for r in blobs.mapInArrow(produce, "n bigint").collect())
         self.metrics["records_written"] += written
         self.metrics["batches"] += 1
         return written

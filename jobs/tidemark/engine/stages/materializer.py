@@ -322,6 +322,10 @@ class SinkMaterializer:
         """The row columns the key is (``tidemark.engine.bucketing``)."""
         return self.pk
 
+    def output_key_columns(self) -> tuple[int, ...]:
+        """The sink PK: the stage emits the sink's rows, so its key stays where it was."""
+        return self.pk
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return self.key_of_row(change.row)
 

@@ -86,6 +86,10 @@ class MergeEngineStage:
         """The row columns the key is (``tidemark.engine.bucketing``)."""
         return tuple(self.pk)
 
+    def output_key_columns(self) -> tuple[int, ...]:
+        """The table's PK: the stage emits the table's rows, so its key stays where it was."""
+        return tuple(self.pk)
+
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return tuple(change.row[i] for i in self.pk)
 
