@@ -53,7 +53,9 @@ from tidemark.engine.batch_columns import sorted_table
 from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, diff_to_changes
 from tidemark.engine.driver import Bucket
 from tidemark.engine.kernels import aggregate_state
+from tidemark.engine.kernels.aggregate_table import AccumulatorTable, eligible
 from tidemark.engine.kernels.materializer import _NOT_TABULAR
+from tidemark.engine.kernels.table_bucket import TableBucket
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import GroupAggregate, GroupState, uses_distinct
 
@@ -80,6 +82,8 @@ class AggregateKernel:
         self.name = stage.name
         self.n_inputs = stage.n_inputs
         self._columnar = not any(c.func == "LAST_VALUE" for c in stage.aggs)
+        #: the stored table's own path, for a stage that keeps only accumulators
+        self._table = AccumulatorTable(self) if eligible(stage) else None
 
     # ------------------------------------------------------------------ typed state
 
@@ -87,19 +91,29 @@ class AggregateKernel:
         return Bucket()
 
     def state_to_table(self, state: Bucket) -> pa.Table | None:
+        if isinstance(state, TableBucket) and state.table is not None:
+            return state.table
         return aggregate_state.to_table(self.stage, state.states)
 
     def state_from_table(self, table: pa.Table) -> Bucket:
-        return Bucket(aggregate_state.from_table(self.stage, table))
+        """The stored table, read into ``GroupState`` values only if a batch needs them."""
+        return TableBucket(table, self._states_of)
+
+    def _states_of(self, table: pa.Table) -> dict[tuple, GroupState]:
+        return aggregate_state.from_table(self.stage, table)
 
     # ------------------------------------------------------------------ the batch
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch]:
-        changes = inputs[0].changes()
-        if not changes:
+        if len(inputs[0]) == 0:
             return state, ChangeBatch(changes=[])
+        if self._table is not None:
+            done = self._on_table(inputs[0], state, ctx)
+            if done is not None:
+                return done
+        changes = inputs[0].changes()
         if not self._columnar:
             return state, ChangeBatch(changes=self._per_group(_groups_of(self.stage, changes), changes, state, ctx))
         try:
@@ -109,6 +123,22 @@ class AggregateKernel:
         except _NOT_TABULAR:
             emitted = self._per_group(_groups_of(self.stage, changes), changes, state, ctx)
         return state, ChangeBatch(changes=emitted)
+
+    def _on_table(self, batch: ChangeBatch, state: Bucket, ctx: BatchContext) -> tuple[Bucket, ChangeBatch] | None:
+        """The batch on the bucket's stored table (``aggregate_table``); None when the table
+        path does not take it (values it cannot type, a state keyed by a host's ids)."""
+        if isinstance(state, TableBucket) and state.table is not None:
+            stored = state.table
+        else:
+            stored = aggregate_state.to_table(self.stage, state.states)
+        try:
+            done = self._table.run(batch.table(), stored, ctx)
+        except _NOT_TABULAR:
+            return None
+        if done is None:
+            return None
+        table, out = done
+        return (TableBucket(table, self._states_of) if table is not None else Bucket()), ChangeBatch.from_table(out)
 
     def _per_group(
         self, groups: dict[tuple, list[int]], changes: list[Change], state: Bucket, ctx: BatchContext
@@ -158,8 +188,11 @@ class AggregateKernel:
     # ------------------------------------------------------------------ the replay as prefix sums
 
     def _steps(self, df: pl.DataFrame, rows: list[str], gids: list[int], olds: list[GroupState | None]) -> pl.DataFrame:
-        """Per change (canonical order within each group): the group's output after it,
-        whether it changed the output, and whether the group stays on the columnar path."""
+        """``steps`` with the groups' old states as Python ``GroupState`` values."""
+        return self.steps(df, rows, self._old_frame(df, rows, gids, olds), gids, olds)
+
+    def _old_frame(self, df: pl.DataFrame, rows: list[str], gids: list[int], olds: list[GroupState | None]) -> pl.DataFrame:
+        """Per group id: what ``steps`` reads of its old state (``old_columns``)."""
         stage = self.stage
         old = {_G: gids, "$orows": [s.rows if s is not None else 0 for s in olds]}
         old_out = [stage._output((), s) if s is not None else None for s in olds]
@@ -179,10 +212,20 @@ class AggregateKernel:
                 dtypes[_c("ov", i)] = arg_type
             elif call.func == "AVG":
                 dtypes[_c("ov", i)] = pl.Int64 if arg_type.is_integer() else pl.Float64
-        frame = pl.DataFrame(
+        return pl.DataFrame(
             {name: pl.Series(name, vals, dtype=dtypes.get(name), strict=False) for name, vals in old.items()}
         )
-        df = _ranked_extremes(df.join(frame, on=_G, how="left"), rows, stage.aggs)
+
+    def steps(self, df: pl.DataFrame, rows: list[str], old: pl.DataFrame,
+              gids: Sequence[int] = (), olds: Sequence[GroupState | None] = ()) -> pl.DataFrame:
+        """Per change (canonical order within each group): the group's output after it,
+        whether it changed the output, and whether the group stays on the columnar path.
+        ``old``: per group id (``$g``) its old row count (``$orows``, 0 for a new group) and
+        per call ``i`` its old total (``$ot<i>``, SUM and AVG), count (``$on<i>``) and output
+        value (``$ov<i>``, null for a new group); ``gids`` and ``olds``: the same groups'
+        ``GroupState``, which only DISTINCT calls read."""
+        stage = self.stage
+        df = _ranked_extremes(df.join(old, on=_G, how="left"), rows, stage.aggs)
         w = pl.col(WEIGHT)
         over = dict(partition_by=_G)
         step = pl.int_range(pl.len()).over(**over)
