@@ -161,14 +161,17 @@ def unchecked(batches: list[list[tuple]], seed: int) -> list[list[Change]]:
 @pytest.mark.parametrize("name", sorted(ON_TABLE))
 @settings(max_examples=60, deadline=None)
 @given(batches=st.lists(ops, min_size=1, max_size=5), seed=st.integers(0, 1000))
-def test_kernel_equals_per_key_stage_on_retractions_without_state(name, batches, seed):
-    # groups whose counts would clamp take the stage's own path inside the table path
+def test_the_table_path_equals_the_per_group_path_on_retractions_without_state(name, batches, seed):
+    # groups whose counts would clamp take the stage's own step inside the table path. The
+    # reference is the kernel's per-group path, not the per-key stage: a retraction of a
+    # value never added makes their totals differ by design (the module docstring's "known
+    # differences"), the same for both of the kernel's paths
     s = stage(name)
-    kernel, per_key = Host(AggregateKernel(s), stored=True), Host(PerKeyAdapter(s))
+    table, per_group = Host(AggregateKernel(s), stored=True), Host(AggregateKernel(s, on_table=False), stored=True)
     for batch in unchecked(batches, seed):
-        assert kernel.run(batch) == per_key.run(batch)
-        assert kernel.visible_state() == per_key.visible_state()
-    assert kernel.metrics == per_key.metrics
+        assert table.run(batch) == per_group.run(batch)
+        assert table.visible_state() == per_group.visible_state()
+    assert table.metrics == per_group.metrics
 
 
 # ---------------------------------------------------------------------- literal Z-set cases

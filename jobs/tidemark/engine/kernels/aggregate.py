@@ -77,13 +77,15 @@ class AggregateKernel:
     state_kind = aggregate_state.STATE_KIND
     state_version = aggregate_state.STATE_VERSION
 
-    def __init__(self, stage: GroupAggregate) -> None:
+    def __init__(self, stage: GroupAggregate, on_table: bool = True) -> None:
+        """``on_table=False``: never the stored table's path (``aggregate_table``), which is
+        then only the reference its tests compare with."""
         self.stage = stage
         self.name = stage.name
         self.n_inputs = stage.n_inputs
         self._columnar = not any(c.func == "LAST_VALUE" for c in stage.aggs)
         #: the stored table's own path, for a stage that keeps only accumulators
-        self._table = AccumulatorTable(self) if eligible(stage) else None
+        self._table = AccumulatorTable(self) if on_table and eligible(stage) else None
 
     # ------------------------------------------------------------------ typed state
 
