@@ -60,8 +60,10 @@ class FlinkSession:
         reader.join(timeout_s)
         if not box or not box[0]:
             tail = self.log.read_text(encoding="utf-8", errors="replace")[-2000:]
+            status = self.proc.poll()
             self.close()
-            raise FlinkSessionError(f"the Flink session did not answer in {timeout_s:.0f} s; {self.log}:\n{tail}")
+            why = f"exited with status {status}" if status is not None else f"did not answer in {timeout_s:.0f} s"
+            raise FlinkSessionError(f"the Flink session {why}; {self.log}:\n{tail}")
         return json.loads(box[0])
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:

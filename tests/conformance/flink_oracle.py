@@ -315,7 +315,9 @@ def build_connector_jar(src: Path, name: str) -> Path:
         services.mkdir(parents=True)
         for f in src.glob("META-INF/services/*"):
             (services / f.name).write_bytes(f.read_bytes())
-        partial = jar.with_suffix(".tmp")
+        # built in this call's own directory, then renamed: two processes building the same
+        # jar at once each rename a whole jar of their own
+        partial = Path(tmp).with_name(Path(tmp).name + ".jar")
         subprocess.run(["jar", "cf", str(partial), "-C", tmp, "."], check=True)
         partial.replace(jar)
     return jar

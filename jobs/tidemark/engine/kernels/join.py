@@ -194,11 +194,16 @@ class _Run:
         lost = sum(int(u["$lost"].sum()) for u in universes)
         universes = self._number_steps(universes)
         pairs = self._pairs(universes)
-        universes = [self._with_m0(universes, pairs, side) for side in (0, 1)]
+        # ``$m`` only decides an outer side's padding: an inner join keeps it at 0
+        outer = any(self.stage.outer)
+        universes = [
+            self._with_m0(universes, pairs, side) if outer else universes[side].with_columns(pl.lit(0, pl.Int64).alias("m0"))
+            for side in (0, 1)
+        ]
         events = [self._events(pairs, universes, mover) for mover in (0, 1)]
         emissions = [self._null_key_emissions(universes)]
         emissions += [self._joined(ev) for ev in events]
-        m_moves = [self._partner_moves(events, side) for side in (0, 1)]
+        m_moves = [self._partner_moves(events, side) if outer else None for side in (0, 1)]
         for side in (0, 1):
             if self.stage.outer[side]:
                 emissions.append(self._partner_pads(m_moves[side], side))
@@ -303,12 +308,12 @@ class _Run:
         out = []
         for side, u in enumerate(universes):
             mine = steps.filter(pl.col("side") == side)
+            numbers = []
             for k in (1, 2):
-                u = u.join(
-                    mine.filter(pl.col("k") == k).select("id", pl.col("g").alias(f"g{k}")), on="id", how="left",
-                    maintain_order="left",
-                )
-            out.append(u)
+                at = mine.filter(pl.col("k") == k)
+                # a universe's ``id`` is its row index
+                numbers.append(pl.repeat(None, u.height, dtype=pl.Int64, eager=True).alias(f"g{k}").scatter(at["id"], at["g"]))
+            out.append(u.with_columns(numbers))
         return out
 
     def _python_rows(self, universe: pl.DataFrame, ids: pl.Series) -> list[tuple]:
@@ -506,11 +511,15 @@ class _Run:
                             *(pa.field(p, pa.int64()) for p in self.pos)])  # fmt: skip
         return ChangeBatch.from_table(_cast(table, schema))
 
-    def _new_side(self, universe: pl.DataFrame, moves: pl.DataFrame, side: int) -> pl.DataFrame | None:
+    def _new_side(self, universe: pl.DataFrame, moves: pl.DataFrame | None, side: int) -> pl.DataFrame | None:
         w1, w2, cnt0 = pl.col("w1"), pl.col("w2"), pl.col("cnt0")
         g1, g2 = pl.col("g1"), pl.col("g2")
-        moved = moves.group_by("id").agg(pl.col("w").sum().alias("$moved"))
-        u = universe.filter(~pl.col("null_key")).join(moved, on="id", how="left", maintain_order="left")
+        u = universe.filter(~pl.col("null_key"))
+        if moves is None:
+            u = u.with_columns(pl.lit(0, pl.Int64).alias("$moved"))
+        else:
+            moved = moves.group_by("id").agg(pl.col("w").sum().alias("$moved"))
+            u = u.join(moved, on="id", how="left", maintain_order="left")
         create1 = (w1 > 0) & (cnt0 == 0)
         create2 = (w2 > 0) & (cnt0 + w1 == 0)
         new = u.filter(cnt0 + w1 + w2 > 0).select(
@@ -543,12 +552,18 @@ def _position_ranks(frames: list[pl.DataFrame], pos: list[str]) -> tuple[list[pl
     positions do (field by field, nulls first: a shorter position sorts first); and the
     positions by rank (row ``$p`` of the second frame is that rank's position)."""
     allpos = pl.concat([f.select(pos) for f in frames])
-    ranks = allpos.select((pl.struct(pos).rank("dense") - 1).cast(pl.Int64).alias(_P)).to_series()
+    # a dense rank by one multi-column sort and its runs (a struct's rank is far slower)
+    ordered = (
+        allpos.with_row_index("$row")
+        .sort(pos, nulls_last=False)
+        .with_columns(pl.struct(pos).rle_id().cast(pl.Int64).alias(_P))
+    )
+    ranks = ordered.select(pl.col(_P).sort_by("$row")).to_series()
     ranked, offset = [], 0
     for f in frames:
         ranked.append(f.drop(pos).with_columns(ranks.slice(offset, f.height)))
         offset += f.height
-    by_rank = allpos.with_columns(ranks).unique(_P).sort(_P).drop(_P)
+    by_rank = ordered.unique(_P, keep="first", maintain_order=True).select(pos)
     return ranked, by_rank
 
 
