@@ -18,7 +18,7 @@ from tidemark.engine.errors import ConflictError
 from tidemark.engine.kernels.current_row import CurrentRowKernel
 from tidemark.engine.kernels.materializer import MaterializerKernel
 from tidemark.engine.stages.materializer import SinkMaterializer
-from test_deduplicate_kernel import TYPED, StoredHost, batches
+from test_deduplicate_kernel import TYPED, StoredHost, batches, columnar_calls
 
 
 def sink(strategy: str, upsert_key) -> SinkMaterializer:
@@ -69,15 +69,7 @@ def test_error_names_the_pk_and_the_two_rows():
 
 
 def test_typed_batches_take_the_columnar_path(monkeypatch):
-    calls: list[bool] = []
-    run = CurrentRowKernel.run
-
-    def counted(self, *args):
-        done = run(self, *args)
-        calls.append(done is not None)
-        return done
-
-    monkeypatch.setattr(CurrentRowKernel, "run", counted)
+    calls = columnar_calls(monkeypatch, CurrentRowKernel)
     host = StoredHost(sink("NOTHING", None), MaterializerKernel(sink("NOTHING", None)))
     host.run([Change("+I", (1, 10, "x"), (0,))])
     host.run([Change("-D", (1, 10, "x"), (1,))])

@@ -49,17 +49,18 @@ class StoredHost:
         return [(x.kind, x.row, x.pos) for x in out.changes()]
 
 
-def columnar_calls(monkeypatch) -> list[bool]:
-    """Whether each call took the columnar path (True) or handed the batch back (False)."""
+def columnar_calls(monkeypatch, kernel: type = DeduplicateKernel) -> list[bool]:
+    """Whether each call of ``kernel.run`` took the columnar path (True) or handed the batch
+    back (False)."""
     calls: list[bool] = []
-    run = DeduplicateKernel.run
+    run = kernel.run
 
     def counted(self, *args):
         done = run(self, *args)
         calls.append(done is not None)
         return done
 
-    monkeypatch.setattr(DeduplicateKernel, "run", counted)
+    monkeypatch.setattr(kernel, "run", counted)
     return calls
 
 
