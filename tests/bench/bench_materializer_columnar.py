@@ -14,13 +14,11 @@ Run:  .venv/bin/python tests/bench/bench_materializer_columnar.py [--changes 400
 from __future__ import annotations
 
 import random
-import statistics
-import time
 from collections import Counter
 
 import pyarrow as pa
 
-from kernel_bench import parse_args
+from kernel_bench import alternating_medians, parse_args
 
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
@@ -58,14 +56,6 @@ def workload(n_changes: int, seed: int) -> tuple[list[Change], list[Change]]:
     return warm, batch
 
 
-def timed(kernel: MaterializerKernel, stage: SinkMaterializer, stored: bytes, batch: ChangeBatch) -> float:
-    t0 = time.perf_counter()
-    bucket = state_codec.decode_state(stage, stored)
-    bucket, _ = kernel.process_batch([batch], bucket, BatchContext(metrics=Counter()))
-    state_codec.encode_state(stage, bucket)
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     args = parse_args(__doc__)
     warm, changes = workload(args.changes, args.seed)
@@ -78,11 +68,7 @@ def main() -> None:
         warm_bucket, _ = per_pk.process_batch([ChangeBatch.from_changes(warm, SCHEMA)], stage.empty_state(),
                                               BatchContext(metrics=Counter()))  # fmt: skip
         stored = state_codec.encode_state(stage, warm_bucket)
-        t_columnar, t_per_pk = [], []
-        for _ in range(args.repeats):
-            t_per_pk.append(timed(per_pk, stage, stored, ChangeBatch.from_table(table)))
-            t_columnar.append(timed(columnar, stage, stored, ChangeBatch.from_table(table)))
-        a, b = statistics.median(t_per_pk), statistics.median(t_columnar)
+        a, b = alternating_medians(per_pk, columnar, stage, stored, lambda: ChangeBatch.from_table(table), args.repeats)
         print(f"{strategy:<12} per-PK step {a * 1e3:7.1f} ms, columnar {b * 1e3:7.1f} ms: {a / b:.2f}x")
 
 

@@ -13,12 +13,10 @@ Run:  .venv/bin/python tests/bench/bench_normalize_kernel.py [--repeats 5]
 from __future__ import annotations
 
 import random
-import statistics
-import time
 from collections import Counter
 from decimal import Decimal
 
-from kernel_bench import parse_args
+from kernel_bench import alternating_medians, parse_args
 
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
@@ -50,14 +48,6 @@ def workload(stored: int, n_changes: int, seed: int) -> tuple[list[Change], list
     return warm, batch
 
 
-def timed(runner, stage: Normalize, stored: bytes | None, batch: ChangeBatch) -> float:
-    t0 = time.perf_counter()
-    state = state_codec.decode_state(stage, stored)
-    state, _ = runner.process_batch([batch], state, BatchContext(now_ms=1, metrics=Counter()))
-    state_codec.encode_state(stage, state)
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     args = parse_args(__doc__)
     stage = Normalize((0,), len(COLUMNS), name="normalize:s", columns=COLUMNS)
@@ -70,11 +60,7 @@ def main() -> None:
         state, _ = per_key.process_batch([ChangeBatch.from_changes(warm, schema)], state_codec.empty_state(stage), BatchContext(metrics=Counter()))
         stored = state_codec.encode_state(stage, state)
         table = ChangeBatch.from_changes(changes, schema).table()
-        t_kernel, t_per_key = [], []
-        for _ in range(args.repeats):
-            t_per_key.append(timed(per_key, stage, stored, ChangeBatch.from_table(table)))
-            t_kernel.append(timed(kernel, stage, stored, ChangeBatch.from_table(table)))
-        pk_s, k_s = statistics.median(t_per_key), statistics.median(t_kernel)
+        pk_s, k_s = alternating_medians(per_key, kernel, stage, stored, lambda: ChangeBatch.from_table(table), args.repeats)
         print(f"{n_stored:>10} {n_changes:>8} {pk_s * 1e3:>11.2f} {k_s * 1e3:>10.2f} {pk_s / k_s:>7.2f}x")
 
 
