@@ -21,7 +21,8 @@ kernel computes the same emissions as columns, with the step order as a number:
   weight ``w * count of the other row`` and position ``max(step, other row's position)``.
   A row's number of passing partners (``$m``, stored) before a step is a running sum over
   its partners' steps in ``g`` order (a cumulative sum per row), from which the outer join's
-  pad/un-pad emissions follow, at the moments the stage's loop produces them.
+  pad/un-pad emissions follow, at the moments the stage's loop produces them. Only padding
+  reads it, so a join with no outer side neither computes nor moves it (stored as 0).
 - Output. Per output row: net weight, greatest position, the sign and position of its first
   retraction and last add (the stage's refresh rule), the order of its first emission; per
   key: whether it both retracts and adds (``-U``/``+U`` vs ``-D``/``+I``). Keys come out in
