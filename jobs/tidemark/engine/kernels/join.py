@@ -195,12 +195,11 @@ class _Run:
         lost = sum(int(u["$lost"].sum()) for u in universes)
         universes = self._number_steps(universes)
         pairs = self._pairs(universes)
-        # ``$m`` only decides an outer side's padding: an inner join keeps it at 0
-        outer = any(self.stage.outer)
-        universes = [
-            self._with_m0(universes, pairs, side) if outer else universes[side].with_columns(pl.lit(0, pl.Int64).alias("m0"))
-            for side in (0, 1)
-        ]
+        outer = any(self.stage.outer)  # ``$m`` decides only an outer side's padding
+        if outer:
+            universes = [self._with_m0(universes, pairs, side) for side in (0, 1)]
+        else:
+            universes = [u.with_columns(pl.lit(0, pl.Int64).alias("m0")) for u in universes]
         events = [self._events(pairs, universes, mover) for mover in (0, 1)]
         emissions = [self._null_key_emissions(universes)]
         emissions += [self._joined(ev) for ev in events]
@@ -312,8 +311,8 @@ class _Run:
             numbers = []
             for k in (1, 2):
                 at = mine.filter(pl.col("k") == k)
-                # a universe's ``id`` is its row index
-                numbers.append(pl.repeat(None, u.height, dtype=pl.Int64, eager=True).alias(f"g{k}").scatter(at["id"], at["g"]))
+                unnumbered = pl.repeat(None, u.height, dtype=pl.Int64, eager=True).alias(f"g{k}")
+                numbers.append(unnumbered.scatter(at["id"], at["g"]))  # a universe's ``id`` is its row index
             out.append(u.with_columns(numbers))
         return out
 
