@@ -21,6 +21,7 @@ from tidemark.engine.stages.calc import Calc
 from tidemark.engine.types import make_type
 from tidemark.spark.keyed import StageFailure, blob_rows, run_stateless, stage_error_from
 from tidemark.spark.query import GuardedStage
+from tidemark.spark.source import raw_arrow_schema
 
 NAMES = ["a", "s"]
 TYPES = [make_type("BIGINT"), make_type("STRING")]
@@ -97,8 +98,7 @@ def test_blob_keeps_the_values_types_when_they_do_not_fit_the_schema(no_changes)
 
 
 #: the Kafka source's columns (``tidemark.spark.source.SCHEMA``) as the decode pass gets them
-RAW_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-                        ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary())])
+RAW_SCHEMA = raw_arrow_schema()
 
 
 def raw_batch(records: dict) -> pa.RecordBatch:

@@ -6,7 +6,6 @@ option itself (planning, replay). The whole path on a real session and broker:
 
 from __future__ import annotations
 
-import json
 
 import pyarrow as pa
 import pytest
@@ -162,18 +161,3 @@ def test_replay_ends_its_input_anyway_and_the_option_changes_nothing():
         host.finish(now_ms=0)
         tables.append(host.rows())
     assert tables[0] == tables[1] and len(tables[0]) == 6  # items 0/1 in windows 0, 10 and 20 s
-
-
-def test_the_end_row_is_no_record_in_the_batch_report():
-    from tidemark.spark.progress import records_read
-
-    start = {"t": {"0": 9}, STOP_KEY: [["t", 0, 9]]}
-    end = {**start, ENDED_KEY: True}
-    sources = [{"description": "k", "startOffset": json.dumps(start), "endOffset": json.dumps(end), "numInputRows": 1}]
-    assert records_read(sources) == 0
-    twice = [{**sources[0], "numInputRows": 2}]  # two stages read the source: two scans, an end row each
-    assert records_read(twice, {"t": 2}) == 0
-    again = [{**sources[0], "startOffset": json.dumps(end), "numInputRows": 0}]  # after the end: nothing to take off
-    assert records_read(again) == 0
-    data = [{"description": "k", "startOffset": json.dumps({"t": {"0": 2}}), "endOffset": json.dumps(start), "numInputRows": 7}]
-    assert records_read(data) == 7

@@ -36,7 +36,7 @@ from tidemark.engine.pipeline import Pipeline
 from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
 from tidemark.spark.source import open_bounded_sources
-from tidemark.spark.query import SINK_COLUMN, DeadLetterAccumulator, build_query_frame, keyed_by_sink_pk, source_tables
+from tidemark.spark.query import SINK_COLUMN, PerBatchAccumulator, build_query_frame, keyed_by_sink_pk, source_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -203,13 +203,13 @@ class PipelineJob:
         self.dlq_writer_id = f"{self.name}.dlq.{self.run_id}"
         self.dlq = DeadLetterSink(bootstrap, self.name, encoding=dlq_encoding, writer_id=self.dlq_writer_id)
         self.metrics = StageMetrics(spark)
-        self.dead_letters = DeadLetterAccumulator(spark)
+        #: per batch: dead letters by source coordinate, records read by topic partition
+        self.dead_letters = PerBatchAccumulator(spark)
+        self.records_read = PerBatchAccumulator(spark)
         self.query: StreamingQuery | None = None
         #: the index service of the pipeline's delta joins (embedded unless ``index_url``)
         self.index = JobIndex(pipeline, bootstrap, index_url, index_token) if delta_joins(pipeline) else None
         self.reports: list[BatchReport] = []
-        #: per topic, the query's scans of it (``progress.records_read``)
-        self.scans: Counter = Counter()
         self._sink_batches: dict[int, SinkBatch] = {}
         self._counters_seen: Counter = Counter()
         self._last_reported = -1
@@ -271,7 +271,9 @@ class PipelineJob:
 
             set_batch_fences(self.spark, batch_fences(self.checkpoint, batch_id, self.index.topics(), self.spark))
         rows_out = self._write_sinks(df, batch_id)
-        letters = self.dead_letters.take(batch_id)
+        found = self.dead_letters.take(batch_id)
+        letters = [found[c] for c in sorted(found)]  # in source order
+        rows_in = sum(self.records_read.take(batch_id).values())
         dlq = 0
         if letters:
             result = self.dlq.write_letters(self.dlq.letters(letters, batch_id), batch_id)
@@ -280,7 +282,7 @@ class PipelineJob:
         with self._lock:
             delta = total - self._counters_seen
             self._counters_seen = total
-            self._sink_batches[batch_id] = SinkBatch(rows_out, dlq, dict(delta))
+            self._sink_batches[batch_id] = SinkBatch(rows_in, rows_out, dlq, dict(delta))
 
     def _write_sinks(self, df: DataFrame, batch_id: int) -> int:
         """Write the batch to every sink that has not committed it; returns the records
@@ -317,12 +319,11 @@ class PipelineJob:
         self._until_idle = until_idle
         self.ensure_topics()
         target = self.index.start() if self.index is not None else None
-        self.scans.clear()
         frame = build_query_frame(
             self.spark, self.pipeline, self.bootstrap, metrics=self.metrics, dead_letters=self.dead_letters,
+            records_read=self.records_read,
             max_records_per_trigger=self.max_records_per_trigger, registry_url=self.registry_url,
             source_options=self.source_options, index=target, state_buckets=self.state_buckets,
-            scans=self.scans,
         )
         writer = (
             frame.writeStream.queryName(_query_name(self.name))
@@ -353,7 +354,7 @@ class PipelineJob:
                     continue
                 sink = self._sink_batches.pop(batch_id)
                 self._last_reported = batch_id
-            report = report_from(progress, sink, self.scans)
+            report = report_from(progress, sink)
             if self.index is not None:  # committed: its fences will not be asked for again
                 self.index.release(report.end_offsets)
             self.reports.append(report)

@@ -92,6 +92,9 @@ class BatchReport:
 class SinkBatch:
     """The driver-side half of a batch, recorded by the sink's ``foreachBatch``."""
 
+    #: the source records the batch read (its decode passes count them: Spark's
+    #: ``numInputRows`` counts the blobs the scans emit)
+    rows_in: int
     rows_out: int
     dlq: int
     counters: dict[str, int]
@@ -122,7 +125,7 @@ def parse_offset(value: Any) -> Any:
         return None
 
 
-def _offsets(value: Any) -> Offsets:
+def offsets_of(value: Any) -> Offsets:
     """A source offset from a progress (JSON text or a dict) as topic -> partition -> int."""
     value = parse_offset(value)
     if not isinstance(value, Mapping):
@@ -168,42 +171,22 @@ def ran_a_batch(progress: Any) -> bool:
     return "addBatch" in duration
 
 
-def records_read(sources: Any, scans: Mapping[str, int] | None = None) -> int:
-    """The batch's source records, each counted once. A topic that several branches of the
-    query read (a self-join, a statement set) is one Spark source per branch, each with the
-    same offsets and its own ``numInputRows``; Spark's total counts it once per branch. And
-    one source that several consumers read is scanned once per consumer, each scan adding
-    its records to the source's ``numInputRows``: ``scans`` is how many scans read each
-    topic (``query.build_query_frame``). The end row of a bounded source
-    (``tidemark.spark.source.end_rows``), read once per scan too, is no record."""
-    from tidemark.spark.source import end_rows
-
-    seen: dict[tuple, int] = {}
-    for src in sources:
-        start, end = _get(src, "startOffset"), _get(src, "endOffset")
-        key = (_get(src, "description"), start, end)
-        n = max([(scans or {}).get(topic, 1) for topic in _offsets(end)], default=1)
-        seen[key] = int(_get(src, "numInputRows", 0) or 0) // n - end_rows(parse_offset(start), parse_offset(end))
-    return sum(seen.values())
-
-
-def report_from(progress: Any, sink: SinkBatch | None, scans: Mapping[str, int] | None = None) -> BatchReport:
-    """Join Spark's progress of one batch with what the sink recorded for it (``scans``:
-    ``records_read``)."""
+def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
+    """Join Spark's progress of one batch with what the sink recorded for it."""
     sources = _get(progress, "sources", None) or []
     start: Offsets = {}
     end: Offsets = {}
     latest: Offsets = {}
     for src in sources:
         for target, name in ((start, "startOffset"), (end, "endOffset"), (latest, "latestOffset")):
-            for topic, parts in _offsets(_get(src, name)).items():
+            for topic, parts in offsets_of(_get(src, name)).items():
                 target.setdefault(topic, {}).update(parts)
     size, rows = state_size(progress)
     duration = _get(progress, "durationMs", None) or {}
     counters = dict(sink.counters) if sink else {}
     return BatchReport(
         batch_id=int(_get(progress, "batchId")),
-        rows_in=records_read(sources, scans),
+        rows_in=sink.rows_in if sink else 0,
         rows_out=sink.rows_out if sink else 0,
         dlq=sink.dlq if sink else 0,
         conflicts=sum(v for k, v in counters.items() if k.endswith(".conflicts_dropped")),

@@ -2,26 +2,30 @@
 
 Shape of the query (one query: one checkpoint, one batch id for everything):
 
-    read_stream(topic of A) -> decode A + calc + key for its stage --+
-    read_stream(topic of B) -> decode B + calc + key for its stage --+-> keyed stages ... -> sink changes
-                                  |  bad records                      (transformWithState)       |
-                                  +--> dead-letter accumulator --------------------------> foreachBatch
+    scan of A's topic, decoding A + calc + key for its stage --+
+    scan of B's topic, decoding B + calc + key for its stage --+-> keyed stages ... -> sink changes
+                       |  bad records, records read             (transformWithState)       |
+                       +--> per-batch accumulators --------------------------------> foreachBatch
 
 Why this shape (each point measured or forced by Spark):
 
-- **One source per table, one Python pass per record before the first shuffle.** Spark
-  plans every branch of a query separately and does not share a scan between branches;
-  one stream over all topics, split by table, read and decoded every record once per
-  branch (a join with a dead-letter branch read everything three times, and the progress
-  counted it three times). With one stream per source table each branch reads only its
-  topic, and decoding, the calc stages up to the first keyed stage and computing that
-  stage's key and bucket happen in ONE ``mapInArrow`` pass.
+- **One source per table, one Python pass per record before the first shuffle, inside
+  the scan.** Spark plans every branch of a query separately and does not share a scan
+  between branches; one stream over all topics, split by table, read and decoded every
+  record once per branch (a join with a dead-letter branch read everything three times,
+  and the progress counted it three times). With one stream per source table each branch
+  reads only its topic, and decoding, the calc stages up to the first keyed stage and
+  computing that stage's key and bucket happen in ONE function that the Kafka source's
+  reader runs on the record batches it has just fetched (``source.decoded_stream``): no
+  raw record becomes a Spark row, and no second Python worker receives them again (a
+  ``mapInArrow`` after the scan cost a JVM conversion of every record both ways).
 - **Dead letters leave through an accumulator, not a branch.** A bad record is found by
   decoding; a second branch to find them would decode every record again. The decode
   pass adds each bad record, under its batch id and source coordinate, to an accumulator
   the driver reads after the batch has run; ``foreachBatch`` writes them to the
   dead-letter topic with the batch's id (transactional: a replay writes nothing twice).
-  Keying by coordinate makes a task retried by Spark harmless.
+  Keying by coordinate makes a task retried by Spark harmless. The records read go the
+  same way, per topic partition: the scan emits blobs, so Spark's row count is not theirs.
 - **Changes cross every boundary as Arrow IPC blobs** (``tidemark.spark.keyed``,
   ``BLOB_SCHEMA``): a pass emits one row per destination bucket of the next keyed stage
   (one row in all before the sink), typed by the node's columns, so Spark moves a few
@@ -68,7 +72,7 @@ from tidemark.spark.source import (
     client_options,
     decode_columnar,
     decode_records,
-    read_stream,
+    decoded_stream,
     startup_options,
     without_end_rows,
 )
@@ -111,16 +115,17 @@ class GuardedStage:
             ) from err
 
 
-# ---------------------------------------------------------------------------- dead letters
+# ---------------------------------------------------------------------------- per-batch accumulators
 
 
-class DeadLetterAccumulator:
-    """Bad records found by the decode passes, per batch id and source coordinate.
+class PerBatchAccumulator:
+    """What the decode passes find, per batch id and key: a dead letter per source
+    coordinate, the records read per topic partition.
 
-    Workers add ``{batch_id: {(topic, partition, offset): letter row}}``; Spark merges
-    the updates of successful tasks into the driver's value, and a retried task adds the
-    same coordinates again, which the dict absorbs. ``take(batch_id)`` returns and forgets
-    one batch's records, in source order."""
+    Workers add ``{batch_id: {key: value}}``; Spark merges the updates of successful tasks
+    into the driver's value. A task that runs again (Spark's retry, or a frame read twice)
+    adds the same keys with the same values, which the dict absorbs, so nothing counts
+    twice. ``take(batch_id)`` returns and forgets one batch's values by key."""
 
     def __init__(self, spark: SparkSession):
         from pyspark.accumulators import AccumulatorParam
@@ -130,8 +135,8 @@ class DeadLetterAccumulator:
                 return {}
 
             def addInPlace(self, value1: dict, value2: dict) -> dict:
-                for batch, letters in value2.items():
-                    value1.setdefault(batch, {}).update(letters)
+                for batch, found in value2.items():
+                    value1.setdefault(batch, {}).update(found)
                 return value1
 
         self._acc = spark.sparkContext.accumulator({}, _Param())
@@ -140,11 +145,11 @@ class DeadLetterAccumulator:
     def accumulator(self) -> Any:
         return self._acc
 
-    def take(self, batch_id: int) -> list[dict[str, Any]]:
+    def take(self, batch_id: int) -> dict[Any, Any]:
         value = self._acc.value
-        letters = value.pop(batch_id, {})
+        found = value.pop(batch_id, {})
         self._acc.value = value
-        return [letters[c] for c in sorted(letters)]
+        return found
 
 
 # ---------------------------------------------------------------------------- the passes
@@ -189,29 +194,36 @@ def _fill_timestamps(bad: dict[tuple, dict[str, Any]], columns: dict[str, list[A
             letter["timestamp"] = timestamps[i].as_py()
 
 
-def decode_pass(
-    raw: DataFrame, src: SourceTable, stages: Sequence[StatelessStage], target: Target,
-    dead_letters: DeadLetterAccumulator, schema: Any, buckets: int,
-) -> DataFrame:
-    """Raw records of one table -> its changes (decoded a batch at a time where the format
-    allows, bad records still one by one: ``decode_records``), through ``stages``, as ``BLOB_SCHEMA``
-    rows split by ``target``'s buckets (``schema``: the Arrow schema of what ``stages``
-    emit); bad records to ``dead_letters``. One Python pass, one row per bucket a task
+def decode_function(
+    src: SourceTable, stages: Sequence[StatelessStage], target: Target, dead_letters: PerBatchAccumulator,
+    records_read: PerBatchAccumulator, schema: Any, buckets: int,
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """What the scan of one table runs on its raw records (``source.decoded_stream``): its
+    changes (decoded a batch at a time where the format allows, bad records still one by
+    one: ``decode_records``), through ``stages``, as ``BLOB_SCHEMA`` batches split by
+    ``target``'s buckets (``schema``: the Arrow schema of what ``stages`` emit). Bad
+    records go to ``dead_letters`` and the records of each topic partition are counted in
+    ``records_read`` (the scan's own row count is of blobs). One row per bucket a task
     touched, and a watermark tick per bucket when ``target`` is an event-time stage
     (``tidemark.spark.watermark``)."""
+    import pyarrow.compute as pc
+
     pre = list(stages)
-    acc = dead_letters.accumulator
+    letters_acc, read_acc = dead_letters.accumulator, records_read.accumulator
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
         batch_id = _batch_id()
         decoders: dict[str, Any] = {}  # a batch decoder where the format has one
         bad: dict[tuple, dict[str, Any]] = {}
+        read: Counter = Counter()
         parts: list[ChangeBatch] = []
         marks: dict[str, int] = {}  # the watermarks of this task's records (``watermark.observed``)
         for batch in batches:
             batch, ended = without_end_rows(batch)
             if ended:  # a bounded source's end (``tidemark.spark.source``)
                 marks[src.table.name] = END_OF_INPUT
+            for counted in pc.value_counts(batch.column("partition")).to_pylist():
+                read[(src.topic, counted["values"])] += counted["counts"]
             decoded = decode_columnar(batch, src, batch_id, decoders)
             if decoded is None:  # a format decoded record by record
                 # without the timestamp column: a tz-aware datetime per record cost more
@@ -228,12 +240,14 @@ def decode_pass(
             bad.update(b)
             parts.append(observed(pre, part, marks))
         if bad:
-            acc.add({batch_id: bad})
+            letters_acc.add({batch_id: bad})
+        if read:
+            read_acc.add({batch_id: dict(read)})
         rows = blob_rows(joined(parts), schema, target, buckets) + tick_rows(marks, target, buckets)
         if rows:
             yield blob_batch(rows)
 
-    return raw.mapInArrow(fn, BLOB_SCHEMA)
+    return fn
 
 
 # ---------------------------------------------------------------------------- the plan walk
@@ -342,23 +356,23 @@ def build_query_frame(
     pipeline: Pipeline,
     bootstrap: str,
     *,
-    dead_letters: DeadLetterAccumulator,
+    dead_letters: PerBatchAccumulator,
+    records_read: PerBatchAccumulator,
     metrics: StageMetrics | None = None,
     max_records_per_trigger: int | None = None,
     registry_url: str | None = None,
     source_options: dict[str, str] | None = None,
     index: Any = None,
     state_buckets: int = DEFAULT_STATE_BUCKETS,
-    scans: Counter | None = None,
 ) -> DataFrame:
     """The streaming frame of the changes the sink receives (``BLOB_SCHEMA``; a statement
     set's sinks' frames in one, each blob tagged with its sink in ``SINK_COLUMN``); bad
-    records go to ``dead_letters``. ``max_records_per_trigger`` caps each source table's
-    records per micro-batch. ``index`` (``tidemark.spark.delta.IndexTarget``): delta joins
-    run stateless against that index service (``tidemark.spark.delta``). ``scans`` counts,
-    per topic, the frames that read it: a source with several consumers is scanned once per
-    consumer, and Spark's ``numInputRows`` counts its records once per scan
-    (``progress.records_read``)."""
+    records go to ``dead_letters`` and each batch's records read, per topic partition, to
+    ``records_read`` (Spark's ``numInputRows`` counts the scans' blobs, and a source with
+    several consumers is scanned once per consumer). ``max_records_per_trigger`` caps each
+    source table's records per micro-batch. ``index``
+    (``tidemark.spark.delta.IndexTarget``): delta joins run stateless against that index
+    service (``tidemark.spark.delta``)."""
     check_event_time(pipeline)
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     fused = fused_pairs(pipeline)
@@ -370,16 +384,13 @@ def build_query_frame(
         schema = batch_ipc.schema_of(node.columns, node.types)
         if node.kind == "source":
             src = tables[node.table]
-            raw = read_stream(
-                spark, [src.topic], bootstrap, max_records_per_trigger=max_records_per_trigger,
-                **{**client_options(src.table), **startup_options(src.table), **(source_options or {})},
-            )
+            options = {**client_options(src.table), **startup_options(src.table), **(source_options or {})}
 
-            def build_source(target: Target, pending: list, out_schema: Any, raw: Any = raw,
-                             src: SourceTable = src) -> DataFrame:
-                if scans is not None:
-                    scans[src.topic] += 1
-                return decode_pass(raw, src, pending, target, dead_letters, out_schema, state_buckets)
+            def build_source(target: Target, pending: list, out_schema: Any, src: SourceTable = src,
+                             options: dict[str, str] = options) -> DataFrame:
+                decode = decode_function(src, pending, target, dead_letters, records_read, out_schema, state_buckets)
+                return decoded_stream(spark, [src.topic], bootstrap, decode, BLOB_SCHEMA,
+                                      max_records_per_trigger=max_records_per_trigger, **options)
 
             outputs[node.id] = _Output(build_source, [], schema)
         elif node.kind == "sink":

@@ -33,15 +33,19 @@ How it stays exactly-once on the read side:
   that is empty, or ends on a transaction marker, has no last record to see), and an
   offset that changes is what makes Spark plan the batch that fires the windows.
 
-Output columns: ``topic, partition, offset, timestamp, key, value`` (bytes); decoding is a
-later step so that an undecodable record can be routed to the dead-letter topic.
+Output columns: ``topic, partition, offset, timestamp, key, value`` (bytes). A job's query
+reads through ``decoded_stream`` instead: the reader hands those columns, as Arrow batches,
+to the query's decode function in the same Python worker and returns its change blobs.
+Decoding stays a step of its own (``decode_columnar``, ``decode_records``) so that an
+undecodable record is routed to the dead-letter topic, never a failed read.
 """
 
 from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -180,14 +184,6 @@ def capped(end: Offsets, cap: Offsets | None) -> Offsets:
     if cap is None:
         return end
     return {t: {p: min(o, cap.get(t, {}).get(p, o)) for p, o in parts.items()} for t, parts in end.items()}
-
-
-def end_rows(start: Any, end: Any) -> int:
-    """How many end rows (one per topic) the batch from offset ``start`` to ``end`` reads:
-    the batch that ends a bounded source (``SourceEnd``); 0 for any other."""
-    if not isinstance(end, dict) or not has_ended(end) or (isinstance(start, dict) and has_ended(start)):
-        return 0
-    return len(topic_offsets(end))
 
 
 def open_bounded_sources(end_offsets: list[Any]) -> int:
@@ -374,46 +370,57 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._consumer = None
 
     # ------------------------------------------------------------------ executor side
-    def read(self, partition: KafkaRange) -> Iterator[Any]:
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
+    def read(self, partition: KafkaRange | SourceEnd) -> Iterator[Any]:
+        return raw_batches(self.conf, partition)
 
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        # timestamps travel as epoch milliseconds and become Arrow timestamps in one
-        # vectorized cast (a datetime object per record cost ~10% of the read)
-        millis = pa.timestamp("ms", tz="UTC")
 
-        def to_batch(columns: tuple[list, ...]) -> pa.RecordBatch:
-            arrays = [
-                pa.array(c, millis).cast(t.type) if i == 3 else pa.array(c, t.type)
-                for i, (c, t) in enumerate(zip(columns, arrow_schema))
-            ]
-            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+def raw_arrow_schema() -> pa.Schema:
+    """``SCHEMA`` as the Arrow schema Spark gives its rows (built without a JVM: an
+    executor decoding inside the source has none)."""
+    import pyarrow as pa
 
-        if isinstance(partition, SourceEnd):
-            n = len(partition.topics)
-            yield to_batch((partition.topics, [END_PARTITION] * n, [END_PARTITION] * n, [None] * n, [None] * n,
-                            [None] * n))
-            return
-        topic, part = partition.topic, partition.partition
-        columns: tuple[list, ...] = ([], [], [], [], [], [])
-        for messages in read_chunks(self.conf, topic, part, partition.start, partition.end):
-            # a column at a time: a list comprehension per field costs a fraction of
-            # appending each record's six values one by one
-            stamps = [m.timestamp() for m in messages]
-            columns[0].extend([topic] * len(messages))
-            columns[1].extend([part] * len(messages))
-            columns[2].extend([m.offset() for m in messages])
-            columns[3].extend([ts if kind and ts >= 0 else None for kind, ts in stamps])
-            columns[4].extend([m.key() for m in messages])
-            columns[5].extend([m.value() for m in messages])
-            if len(columns[0]) >= ARROW_BATCH_ROWS:
-                yield to_batch(columns)
-                columns = ([], [], [], [], [], [])
-        if columns[0]:
+    return pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                      ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary())])
+
+
+def raw_batches(conf: dict[str, Any], partition: KafkaRange | SourceEnd) -> Iterator[pa.RecordBatch]:
+    """The records of one input partition as Arrow batches of ``SCHEMA``'s columns."""
+    import pyarrow as pa
+
+    arrow_schema = raw_arrow_schema()
+    # timestamps travel as epoch milliseconds and become Arrow timestamps in one
+    # vectorized cast (a datetime object per record cost ~10% of the read)
+    millis = pa.timestamp("ms", tz="UTC")
+
+    def to_batch(columns: tuple[list, ...]) -> pa.RecordBatch:
+        arrays = [
+            pa.array(c, millis).cast(t.type) if i == 3 else pa.array(c, t.type)
+            for i, (c, t) in enumerate(zip(columns, arrow_schema))
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    if isinstance(partition, SourceEnd):
+        n = len(partition.topics)
+        yield to_batch((partition.topics, [END_PARTITION] * n, [END_PARTITION] * n, [None] * n, [None] * n,
+                        [None] * n))
+        return
+    topic, part = partition.topic, partition.partition
+    columns: tuple[list, ...] = ([], [], [], [], [], [])
+    for messages in read_chunks(conf, topic, part, partition.start, partition.end):
+        # a column at a time: a list comprehension per field costs a fraction of
+        # appending each record's six values one by one
+        stamps = [m.timestamp() for m in messages]
+        columns[0].extend([topic] * len(messages))
+        columns[1].extend([part] * len(messages))
+        columns[2].extend([m.offset() for m in messages])
+        columns[3].extend([ts if kind and ts >= 0 else None for kind, ts in stamps])
+        columns[4].extend([m.key() for m in messages])
+        columns[5].extend([m.value() for m in messages])
+        if len(columns[0]) >= ARROW_BATCH_ROWS:
             yield to_batch(columns)
-
-
+            columns = ([], [], [], [], [], [])
+    if columns[0]:
+        yield to_batch(columns)
 
 
 def read_range(
@@ -514,6 +521,41 @@ def without_end_rows(batch: Any) -> tuple[Any, bool]:
     return batch.filter(pc.invert(ends)), True
 
 
+class DecodingReader(KafkaStreamReader):
+    """A reader that hands its partition's raw record batches straight to ``decode`` and
+    returns what that yields, so a query's first pass runs inside the scan: no raw record
+    becomes a Spark row, and no second Python worker receives them again."""
+
+    def __init__(self, schema: StructType, options: dict[str, str],
+                 decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]):
+        super().__init__(schema, options)
+        self.decode = decode
+
+    def read(self, partition: KafkaRange | SourceEnd) -> Iterator[Any]:
+        return self.decode(raw_batches(self.conf, partition))
+
+
+def decoding_source(decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+                    schema: str) -> type[DataSource]:
+    """A data source class of its own (a unique name) whose reader runs ``decode`` over the
+    raw records and yields rows of ``schema``. One per decode pass: Spark instantiates a
+    data source from its registered class, so the function travels as part of the class."""
+    name = f"{SOURCE_NAME}-decoding-{uuid.uuid4().hex}"
+
+    class Decoding(KafkaSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> str:
+            return schema
+
+        def streamReader(self, schema: StructType) -> DecodingReader:
+            return DecodingReader(schema, dict(self.options), decode)
+
+    return Decoding
+
+
 def register(spark) -> None:
     spark.dataSource.register(KafkaSource)
 
@@ -521,8 +563,24 @@ def register(spark) -> None:
 def read_stream(spark, topics: list[str] | str, bootstrap: str, max_records_per_trigger: int | None = None, **options: str):
     """The streaming DataFrame of raw records of ``topics`` (registers the source)."""
     register(spark)
+    return _load(spark, SOURCE_NAME, topics, bootstrap, max_records_per_trigger, options)
+
+
+def decoded_stream(spark, topics: list[str] | str, bootstrap: str,
+                   decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: str,
+                   max_records_per_trigger: int | None = None, **options: str):
+    """The streaming DataFrame of what ``decode`` makes of the raw records of ``topics``
+    (Arrow batches of ``SCHEMA``'s columns in, of ``schema``'s out), run in the scan's own
+    Python worker (``DecodingReader``)."""
+    source = decoding_source(decode, schema)
+    spark.dataSource.register(source)
+    return _load(spark, source.name(), topics, bootstrap, max_records_per_trigger, options)
+
+
+def _load(spark, fmt: str, topics: list[str] | str, bootstrap: str, max_records_per_trigger: int | None,
+          options: dict[str, str]):
     reader = (
-        spark.readStream.format(SOURCE_NAME)
+        spark.readStream.format(fmt)
         .option("topics", topics if isinstance(topics, str) else ",".join(topics))
         .option("bootstrap.servers", bootstrap)
     )
