@@ -506,8 +506,9 @@ def _get(obj: Any, name: str) -> Any:
 
 
 def _state_operators(job: Any) -> list[dict[str, Any]]:
-    """Per stateful operator of the last batch that read input, in Spark's progress order:
-    rows (keys) in the store and the size of its current version."""
+    """Per stateful operator of the last batch that read input (its scans emitted change
+    blobs, which Spark counts as ``numInputRows``), in Spark's progress order: rows (keys)
+    in the store and the size of its current version."""
     last = None
     for p in job.query.recentProgress if job.query is not None else []:
         if (_get(p, "numInputRows") or 0) > 0:
