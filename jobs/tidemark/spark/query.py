@@ -70,6 +70,7 @@ from tidemark.spark.source import (
     RAW_COLUMNS,
     SourceTable,
     client_options,
+    DecodeFunction,
     decode_columnar,
     decode_records,
     decoded_stream,
@@ -197,7 +198,7 @@ def _fill_timestamps(bad: dict[tuple, dict[str, Any]], columns: dict[str, list[A
 def decode_function(
     src: SourceTable, stages: Sequence[StatelessStage], target: Target, dead_letters: PerBatchAccumulator,
     records_read: PerBatchAccumulator, schema: Any, buckets: int,
-) -> Callable[[Iterator[Any]], Iterator[Any]]:
+) -> DecodeFunction:
     """What the scan of one table runs on its raw records (``source.decoded_stream``): its
     changes (decoded a batch at a time where the format allows, bad records still one by
     one: ``decode_records``), through ``stages``, as ``BLOB_SCHEMA`` batches split by

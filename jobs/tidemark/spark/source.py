@@ -521,13 +521,18 @@ def without_end_rows(batch: Any) -> tuple[Any, bool]:
     return batch.filter(pc.invert(ends)), True
 
 
+#: what a ``DecodingReader`` runs on one input partition: its raw record batches in, the
+#: query's first pass's output batches out
+DecodeFunction = Callable[[Iterator["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
+
+
 class DecodingReader(KafkaStreamReader):
     """A reader that hands its partition's raw record batches straight to ``decode`` and
     returns what that yields, so a query's first pass runs inside the scan: no raw record
     becomes a Spark row, and no second Python worker receives them again."""
 
     def __init__(self, schema: StructType, options: dict[str, str],
-                 decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]):
+                 decode: DecodeFunction):
         super().__init__(schema, options)
         self.decode = decode
 
@@ -535,8 +540,7 @@ class DecodingReader(KafkaStreamReader):
         return self.decode(raw_batches(self.conf, partition))
 
 
-def decoding_source(decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-                    schema: str) -> type[DataSource]:
+def decoding_source(decode: DecodeFunction, schema: str) -> type[DataSource]:
     """A data source class of its own (a unique name) whose reader runs ``decode`` over the
     raw records and yields rows of ``schema``. One per decode pass: Spark instantiates a
     data source from its registered class, so the function travels as part of the class."""
@@ -567,7 +571,7 @@ def read_stream(spark, topics: list[str] | str, bootstrap: str, max_records_per_
 
 
 def decoded_stream(spark, topics: list[str] | str, bootstrap: str,
-                   decode: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: str,
+                   decode: DecodeFunction, schema: str,
                    max_records_per_trigger: int | None = None, **options: str):
     """The streaming DataFrame of what ``decode`` makes of the raw records of ``topics``
     (Arrow batches of ``SCHEMA``'s columns in, of ``schema``'s out), run in the scan's own
