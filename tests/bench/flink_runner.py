@@ -152,7 +152,8 @@ def build_jar() -> Path:
 
 
 class RssSampler:
-    """Peak RSS of this process's descendants (the gateway JVM) and of the whole tree."""
+    """Peak RSS of this process's descendants (the gateway JVM) and of the whole tree, each
+    address space once (``process_memory``)."""
 
     def __init__(self, interval_s: float = 0.1) -> None:
         import psutil
@@ -166,12 +167,9 @@ class RssSampler:
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        children = 0
-        for p in self._me.children(recursive=True):
-            try:
-                children += p.memory_info().rss
-            except self._psutil.Error:
-                pass
+        from process_memory import tree_rss
+
+        children = tree_rss(self._me, include_root=False)
         total = children + self._me.memory_info().rss
         self.peak_children = max(self.peak_children, children)
         self.peak_total = max(self.peak_total, total)

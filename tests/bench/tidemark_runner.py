@@ -62,6 +62,7 @@ from tidemark.kafka.admin import ensure_topics
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from run_support import sink_table, topic_of, unique_topics  # noqa: E402  (the run tests' helpers)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import process_memory  # noqa: E402
 import sustained  # noqa: E402
 
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")
@@ -178,9 +179,9 @@ def produce_files(bootstrap: str, pipeline: Pipeline, files: Mapping[str, Path |
 
 
 class RssSampler(threading.Thread):
-    """Peak of the summed RSS of a process and all its descendants, sampled periodically
-    (a process that lives shorter than the period can be missed: Spark's workers live for
-    the whole job)."""
+    """Peak of the summed RSS of a process and all its descendants, each address space once
+    (``process_memory``), sampled periodically (a process that lives shorter than the period
+    can be missed: Spark's workers live for the whole job)."""
 
     def __init__(self, pid: int, period_s: float = 0.1):
         super().__init__(name="rss-sampler", daemon=True)
@@ -190,15 +191,7 @@ class RssSampler(threading.Thread):
         self.done = threading.Event()
 
     def sample(self) -> int:
-        total = 0
-        try:
-            procs = [self.root, *self.root.children(recursive=True)]
-        except psutil.Error:
-            return 0
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                total += p.memory_info().rss
-        return total
+        return process_memory.tree_rss(self.root)
 
     def run(self) -> None:
         while not self.done.is_set():

@@ -27,6 +27,17 @@ def test_state_stores_compact_at_each_commit_unless_turned_off(monkeypatch):
     assert session_conf("local[2]", 2)[key] == "false"
 
 
+def test_every_python_function_gets_the_simplified_traceback_variable_so_workers_share_one_pool(monkeypatch):
+    """Spark keys its Python worker pools by the function's environment and sets this variable
+    for UDFs only: without it for every function, the data source readers get a second pool."""
+    env_key, setting = "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK", "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+    monkeypatch.delenv(CONF_ENV, raising=False)
+    conf = session_conf("local[2]", 2)
+    assert (conf[setting], conf[env_key]) == ("true", "1")
+    monkeypatch.setenv(CONF_ENV, f'{{"{setting}": false}}')
+    assert env_key not in session_conf("local[2]", 2)  # UDFs then do not set it either
+
+
 def test_the_environment_overrides_the_defaults_and_the_caller_overrides_both(monkeypatch):
     monkeypatch.setenv(CONF_ENV, '{"spark.python.factory.idleWorkerMaxPoolSize": 8, "spark.driver.memory": "2g", "spark.ui.enabled": true}')
     conf = session_conf("local[2]", 2, extra_conf={"spark.driver.memory": "3g"})

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 #: defaults below and under a caller's ``extra_conf``: how a user sizes a job without code
 CONF_ENV = "TIDEMARK_SPARK_CONF"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 MIN_JAVA = 17
 
 
@@ -163,8 +164,12 @@ def session_conf(
         "spark.sql.streaming.stateStore.rocksdb.compactOnCommit": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Python errors reach the driver with the user's frames only, so a stage error
-        # message is not buried under pyspark internals.
-        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "true",
+        # message is not buried under pyspark internals. Spark passes the setting to the
+        # workers of Python UDFs as an environment variable, and keeps one pool of workers
+        # per environment: the same variable for every Python function (below) keeps the data
+        # source readers' workers in the UDFs' pool instead of a second pool with its own
+        # daemon and idle workers.
+        _SIMPLIFIED_TRACEBACK: "true",
         "spark.ui.enabled": "false",
         # Python workers connect back to the JVM within this time; the 15 s default fails
         # spuriously on a loaded machine ("Python worker failed to connect back").
@@ -190,7 +195,10 @@ def session_conf(
         conf.update(local_python_workers(int(cores.group(1)) if cores else None))
     conf.update(conf_from_env())
     conf.update(extra_conf or {})
+    if conf.get(_SIMPLIFIED_TRACEBACK, "").lower() == "true":
+        conf.setdefault("spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK", "1")
     return conf
+
 
 
 def build_session(

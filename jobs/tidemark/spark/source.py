@@ -527,24 +527,36 @@ DecodeFunction = Callable[[Iterator["pa.RecordBatch"]], Iterator["pa.RecordBatch
 
 
 class DecodingReader(KafkaStreamReader):
-    """A reader that hands its partition's raw record batches straight to ``decode`` and
-    returns what that yields, so a query's first pass runs inside the scan: no raw record
-    becomes a Spark row, and no second Python worker receives them again."""
+    """A reader that hands its partition's raw record batches straight to its decode function
+    and returns what that yields, so a query's first pass runs inside the scan: no raw record
+    becomes a Spark row, and no second Python worker receives them again.
 
-    def __init__(self, schema: StructType, options: dict[str, str],
-                 decode: DecodeFunction):
+    The function travels pickled (``decode_payload``) and is unpickled in ``read`` only. The
+    reader is also unpickled by the driver's Python processes that plan and track the scan
+    (Spark's data source planners and the streaming source runner, one per source table,
+    alive for the query's life), and the function's stages would import pandas and polars
+    into each of them. Unpickled per ``read``, never cached: the function's accumulators
+    (records read, dead letters) register with the task that unpickles them, which is what
+    sends their values back."""
+
+    def __init__(self, schema: StructType, options: dict[str, str], decode_payload: bytes):
         super().__init__(schema, options)
-        self.decode = decode
+        self.decode_payload = decode_payload
 
     def read(self, partition: KafkaRange | SourceEnd) -> Iterator[Any]:
-        return self.decode(raw_batches(self.conf, partition))
+        decode: DecodeFunction = pickle.loads(self.decode_payload)
+        return decode(raw_batches(self.conf, partition))
 
 
 def decoding_source(decode: DecodeFunction, schema: str) -> type[DataSource]:
     """A data source class of its own (a unique name) whose reader runs ``decode`` over the
     raw records and yields rows of ``schema``. One per decode pass: Spark instantiates a
-    data source from its registered class, so the function travels as part of the class."""
+    data source from its registered class, so the function travels as part of the class,
+    pickled (``DecodingReader``)."""
+    from pyspark import cloudpickle
+
     name = f"{SOURCE_NAME}-decoding-{uuid.uuid4().hex}"
+    payload = cloudpickle.dumps(decode)
 
     class Decoding(KafkaSource):
         @classmethod
@@ -555,7 +567,7 @@ def decoding_source(decode: DecodeFunction, schema: str) -> type[DataSource]:
             return schema
 
         def streamReader(self, schema: StructType) -> DecodingReader:
-            return DecodingReader(schema, dict(self.options), decode)
+            return DecodingReader(schema, dict(self.options), payload)
 
     return Decoding
 
