@@ -10,7 +10,8 @@ on the session broker, then:
   ``tidemark.spark.keyed.BLOB_COLUMNS``) or a raw Kafka record's key or value at the scan;
 - every blob the sink received parses as a change batch whose row columns carry the
   names and Arrow types of the node feeding the sink, with kind, weight and the source
-  position (batch, source, partition, offset).
+  position (batch, source, partition, offset); a sink fed by a keyed stage on its PK
+  receives no blob at all (the stage writes it), only the count of what was written.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tidemark.engine.batch import KIND, WEIGHT
 from tidemark.engine.pipeline import Pipeline, compile_sql
 from tidemark.kafka.admin import ensure_topics
 from tidemark.spark.job import PipelineJob
-from tidemark.spark.keyed import BLOB_COLUMNS
+from tidemark.spark.keyed import BLOB_COLUMNS, WRITTEN_COLUMN
 from tidemark.spark.source import SCHEMA as RAW_SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -70,6 +71,8 @@ RECORDS = {
         "b": [ins(id=10 + i, k=i % 3, w=i) for i in range(6)],
     },
 }
+#: the cases whose sink is fed by a keyed stage on its PK (``query.keyed_by_sink_pk``)
+WRITTEN_IN_STAGE = {"join-aggregate-materializer", "merge-engine"}
 SQL = {
     "join-aggregate-materializer": JOIN_AGGREGATE_MATERIALIZER,
     "merge-engine": MERGE_ENGINE,
@@ -119,7 +122,9 @@ def run(spark, bootstrap: str, tmp_path, case: str) -> tuple[Pipeline, PipelineJ
     def inspect(df, batch_id: int) -> None:
         df.persist()
         try:
-            if "batch" in df.columns:  # else the plan checks below say what crossed instead
+            if job.sinks_written_in_stage:  # nothing crosses to the sink: only what was written
+                assert df.columns == [WRITTEN_COLUMN], df.columns
+            else:
                 blobs.extend(bytes(r["batch"]) for r in df.select("batch").collect())
             write(df, batch_id)
         finally:
@@ -145,6 +150,12 @@ def test_no_pickled_row_crosses_a_stage_boundary(spark, kafka_bootstrap, tmp_pat
     assert analyzed == [], f"{case}: binary columns that are not change-batch blobs: {analyzed}"
     assert physical == [], f"{case}: binary columns that are not change-batch blobs: {physical}"
 
+    if case in WRITTEN_IN_STAGE:
+        # the keyed stage feeding the sink writes it itself: no blob crosses to the sink,
+        # and what its writer is handed is typed as the blobs were (tests/unit/test_sink_in_stage.py)
+        assert job.sinks_written_in_stage == {pipeline.sink.name} and not blobs
+        return
+    assert not job.sinks_written_in_stage
     node = feeding_node(pipeline)
     expected = batch_ipc.schema_of(node.columns, node.types)
     assert expected is not None

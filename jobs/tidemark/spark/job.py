@@ -195,9 +195,11 @@ class PipelineJob:
             for t in pipeline.sinks
         }
         self.sink: Any = self.sinks[pipeline.sink.name]
-        #: the upsert sinks whose changes arrive keyed by their PK (no shuffle of their own)
+        #: the upsert sinks whose changes arrive keyed by their PK (no shuffle of their own);
+        #: outside a statement set, the keyed stage that feeds one writes it itself
         self.keyed_sinks = {t.table.name for t in pipeline.sinks
                             if isinstance(self.sinks[t.table.name], UpsertSink) and keyed_by_sink_pk(pipeline, t.node_id)}
+        self.sinks_written_in_stage = set() if pipeline.statement_set else self.keyed_sinks
         self.sink_topic = self.sink.topic
         self.sink_writer_id = self._writer_id(pipeline.sink.name)
         self.dlq_writer_id = f"{self.name}.dlq.{self.run_id}"
@@ -309,6 +311,8 @@ class PipelineJob:
             df.unpersist()
 
     def _write_sink(self, name: str, df: DataFrame, batch_id: int) -> Any:
+        if name in self.sinks_written_in_stage:
+            return self.sinks[name].count_written(df)
         if name in self.keyed_sinks:
             return self.sinks[name].write_batch(df, batch_id, keyed=True)
         return self.sinks[name].write_batch(df, batch_id)
@@ -324,6 +328,7 @@ class PipelineJob:
             records_read=self.records_read,
             max_records_per_trigger=self.max_records_per_trigger, registry_url=self.registry_url,
             source_options=self.source_options, index=target, state_buckets=self.state_buckets,
+            writers={name: self.sinks[name].producer() for name in self.sinks_written_in_stage},
         )
         writer = (
             frame.writeStream.queryName(_query_name(self.name))

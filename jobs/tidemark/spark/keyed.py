@@ -51,7 +51,7 @@ import pickle
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from tidemark.engine import batch_columns, batch_ipc, bucketing, state_codec
 from tidemark.engine.batch import ChangeBatch
@@ -89,6 +89,16 @@ _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 #: (stage, input index) changes are keyed for; None: no keyed stage follows (the sink)
 Target = tuple[Any, int] | None
+#: the one column of a keyed stage that writes its sink itself: records written per call
+WRITTEN_COLUMN = "n"
+WRITTEN_SCHEMA = f"{WRITTEN_COLUMN} bigint"
+
+
+class SinkWriter(Protocol):
+    """Writes a batch of a sink's changes from inside the keyed stage that emits them
+    (``tidemark.spark.sink.UpsertProducer``); returns the records written."""
+
+    def write(self, batch: ChangeBatch) -> int: ...
 
 
 # ---------------------------------------------------------------------------- transport
@@ -382,6 +392,7 @@ class _BucketRunner:
         schema: Any = None,
         buckets: int = DEFAULT_STATE_BUCKETS,
         fed_schema: Any = None,
+        sink: SinkWriter | None = None,
     ):
         self.stage = stage
         self.members: tuple[KeyedStage, ...] = stage.members if isinstance(stage, FusedStage) else (stage,)
@@ -392,6 +403,8 @@ class _BucketRunner:
         self.schema = schema
         self.buckets = buckets
         self.fed_schema = fed_schema
+        self.sink = sink
+        self.columns = (WRITTEN_COLUMN,) if sink is not None else BLOB_COLUMNS
 
     def run(self, blobs: list[list[bytes]], stored: Sequence[bytes | None], now_ms: int,
             watermarks: Watermarks | None = None) -> _Result:
@@ -418,7 +431,11 @@ class _BucketRunner:
                 out = ChangeBatch.from_table(batch_ipc.typed_table(out, self.fed_schema))
         emitted = run_stateless(self.then, out)  # stateless stages fused into this pass (see run_keyed_stage)
         new_stored = [state_codec.encode_state(m, st) for m, st in zip(self.members, states)]
-        rows = blob_rows(emitted, self.schema, self.downstream, self.buckets)
+        if self.sink is not None:  # typed as the blobs to a sink of its own would carry them
+            typed = ChangeBatch.from_table(batch_ipc.typed_table(emitted, self.schema)) if len(emitted) else emitted
+            rows: list[tuple] = [(self.sink.write(typed),)]
+        else:
+            rows = blob_rows(emitted, self.schema, self.downstream, self.buckets)
         return _Result(new_stored, rows, old_wakeup, _next_wakeup(self.driven[0], states[0]))
 
 
@@ -434,15 +451,15 @@ def _next_wakeup(driven: Any, state: Any) -> int | None:
 
 class _Result(NamedTuple):
     stored: list[bytes | None]  # per member stage; None: remove the bucket's state
-    rows: list[tuple]  # output rows, BLOB_SCHEMA column order
+    rows: list[tuple]  # output rows: BLOB_SCHEMA's columns, or the records a sink wrote
     old_wakeup: int | None  # the bucket's timer for the state read (``Bucket.next_wakeup``)
     new_wakeup: int | None  # the timer the new state needs
 
 
-def _frame(rows: list[tuple]) -> pd.DataFrame:
+def _frame(rows: list[tuple], columns: Sequence[str] = BLOB_COLUMNS) -> pd.DataFrame:
     import pandas as pd
 
-    return pd.DataFrame.from_records(rows, columns=list(BLOB_COLUMNS))
+    return pd.DataFrame.from_records(rows, columns=list(columns))
 
 
 def _pandas_state_fn(runner: _BucketRunner):
@@ -458,7 +475,7 @@ def _pandas_state_fn(runner: _BucketRunner):
         elif stored != old:
             state.update((stored,))
         if res.rows:
-            yield _frame(res.rows)
+            yield _frame(res.rows, runner.columns)
 
     return fn
 
@@ -504,7 +521,7 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
                 if res.new_wakeup is not None:
                     self.handle.registerTimer(res.new_wakeup)
             if res.rows:
-                yield _frame(res.rows)
+                yield _frame(res.rows, runner.columns)
 
         def handleInputRows(self, key, rows, timerValues):
             old = self._stored()
@@ -579,6 +596,7 @@ def run_keyed_stage(
     buckets: int = DEFAULT_STATE_BUCKETS,
     schema: Any = None,
     fed_schema: Any = None,
+    sink: SinkWriter | None = None,
 ) -> DataFrame:
     """Apply ``stage`` to streaming inputs of ``BLOB_SCHEMA`` rows split by its buckets
     (one DataFrame per stage input, from ``keyed_input`` or a previous stage's
@@ -596,6 +614,11 @@ def run_keyed_stage(
 
     A ``FusedStage`` (two keyed stages on one key, ``tidemark.engine.fusion``) runs as one
     operator; ``fed_schema`` is the Arrow schema of its first member's output.
+
+    ``sink``: the stage feeds a sink keyed as it is (``tidemark.spark.query.keyed_by_sink_pk``)
+    and writes it in its own pass: the frame's rows are then ``WRITTEN_SCHEMA`` (records
+    written per bucket call), and no Python operator follows the stage's in its Spark
+    stage, so a task holds one Python worker instead of two.
 
     A stage with ``wakeup_ms`` gets processing-time timers. Spark then runs a (no-data)
     micro-batch at every trigger so timers can fire: such a query never looks idle to
@@ -619,8 +642,11 @@ def run_keyed_stage(
     df = inputs[0].select(*BLOB_COLUMNS)
     for other in inputs[1:]:
         df = df.unionByName(other.select(*BLOB_COLUMNS))
+    if sink is not None and downstream is not None:
+        raise ValueError(f"stage '{stage.name}' writes its sink itself: it has no downstream stage")
     runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then, schema, buckets,
-                           fed_schema)
+                           fed_schema, sink)
+    output = WRITTEN_SCHEMA if sink is not None else BLOB_SCHEMA
     if operator == "applyInPandasWithState":
         if len(runner.members) > 1:
             raise ValueError(f"stage '{stage.name}' is fused: only transformWithStateInPandas hosts it")
@@ -628,7 +654,7 @@ def run_keyed_stage(
 
         return df.groupBy("bucket").applyInPandasWithState(
             _pandas_state_fn(runner),
-            outputStructType=BLOB_SCHEMA,
+            outputStructType=output,
             stateStructType=STATE_SCHEMA,
             outputMode="append",
             timeoutConf=GroupStateTimeout.NoTimeout,
@@ -639,7 +665,7 @@ def run_keyed_stage(
     grouped = df.select(*_GROUPED_COLUMNS).groupBy("bucket")
     return grouped.transformWithStateInPandas(
         _tws_processor(runner, timers),
-        outputStructType=BLOB_SCHEMA,
+        outputStructType=output,
         outputMode="Append",
         # "ProcessingTime" makes Spark run a no-data batch at every trigger forever (so
         # timers can fire): only stages with timers pay for it. Without it the batch time

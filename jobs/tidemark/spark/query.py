@@ -59,6 +59,7 @@ from tidemark.spark.keyed import (
     StageCrash,
     StageFailure,
     StageMetrics,
+    SinkWriter,
     Target,
     blob_batch,
     blob_rows,
@@ -260,8 +261,7 @@ class _Output:
     into a pass it runs anyway. ``schema``: the Arrow schema of the last node's columns
     (``batch_ipc.schema_of``), what the frame's blobs carry."""
 
-    def __init__(self, build: Callable[[Target, list[StatelessStage], Any], DataFrame],
-                 pending: list[StatelessStage], schema: Any):
+    def __init__(self, build: Callable[..., DataFrame], pending: list[StatelessStage], schema: Any):
         self._build = build
         self.pending = pending
         self.schema = schema
@@ -274,6 +274,11 @@ class _Output:
 
     def changes(self) -> DataFrame:
         return self._build(None, self.pending, self.schema)
+
+    def written(self, sink: SinkWriter) -> DataFrame:
+        """The frame of the records ``sink`` wrote, the node's keyed stage writing its
+        changes itself (``run_keyed_stage``'s ``sink``); only a keyed node's output takes it."""
+        return self._build(None, self.pending, self.schema, sink=sink)
 
 
 def union_output(upstream: list[_Output], schema: Any) -> _Output:
@@ -329,10 +334,10 @@ def _fused_output(pipeline: Pipeline, node: Any, firsts: dict[int, list[_Output]
     upstream = [*firsts[first.id], *(outputs[i] for k, i in enumerate(node.inputs) if k != fed)]
     fed_schema = batch_ipc.schema_of(first.columns, first.types)
 
-    def build(target: Target, pending: list, out_schema: Any) -> DataFrame:
+    def build(target: Target, pending: list, out_schema: Any, sink: SinkWriter | None = None) -> DataFrame:
         inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
         return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending, buckets=buckets,
-                               schema=out_schema, fed_schema=fed_schema)
+                               schema=out_schema, fed_schema=fed_schema, sink=sink)
 
     return _Output(build, [], schema)
 
@@ -365,6 +370,7 @@ def build_query_frame(
     source_options: dict[str, str] | None = None,
     index: Any = None,
     state_buckets: int = DEFAULT_STATE_BUCKETS,
+    writers: dict[str, SinkWriter] | None = None,
 ) -> DataFrame:
     """The streaming frame of the changes the sink receives (``BLOB_SCHEMA``; a statement
     set's sinks' frames in one, each blob tagged with its sink in ``SINK_COLUMN``); bad
@@ -373,8 +379,12 @@ def build_query_frame(
     several consumers is scanned once per consumer). ``max_records_per_trigger`` caps each
     source table's records per micro-batch. ``index``
     (``tidemark.spark.delta.IndexTarget``): delta joins run stateless against that index
-    service (``tidemark.spark.delta``)."""
+    service (``tidemark.spark.delta``). ``writers``: per sink table, what writes its changes
+    inside the keyed stage that feeds it (only for a sink ``keyed_by_sink_pk``, outside a
+    statement set); that sink's frame is then of ``WRITTEN_SCHEMA`` rows."""
     check_event_time(pipeline)
+    if writers and pipeline.statement_set:
+        raise ValueError("a statement set's sinks share one frame of blobs: none is written inside its stage")
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     fused = fused_pairs(pipeline)
     # a fused pair's first stage: its upstream outputs, taken by its consumer's operator
@@ -395,7 +405,8 @@ def build_query_frame(
 
             outputs[node.id] = _Output(build_source, [], schema)
         elif node.kind == "sink":
-            sinks[node.table] = outputs[node.inputs[0]].changes()
+            writer = (writers or {}).get(node.table)
+            sinks[node.table] = outputs[node.inputs[0]].written(writer) if writer else outputs[node.inputs[0]].changes()
         elif node.id in fused:
             firsts[node.id] = [outputs[i] for i in node.inputs]
         elif _is_keyed(node.stage) and any(i in fused for i in node.inputs):
@@ -404,15 +415,15 @@ def build_query_frame(
             stage = node.stage
             upstream = [outputs[i] for i in node.inputs]
 
-            def build_keyed(target: Target, pending: list, out_schema: Any, stage: Any = stage,
-                            upstream: list = upstream) -> DataFrame:
+            def build_keyed(target: Target, pending: list, out_schema: Any, sink: SinkWriter | None = None,
+                            stage: Any = stage, upstream: list = upstream) -> DataFrame:
                 inputs = [out.keyed_for(stage, i) for i, out in enumerate(upstream)]
                 if index is not None and is_delta_join(stage):
                     return run_delta_join(inputs, stage, index, metrics, downstream=target, after=pending,
                                           schema=out_schema, buckets=state_buckets)
                 # a calc after the stage runs in the stage's own pass (``then``)
                 return run_keyed_stage(inputs, stage, metrics, downstream=target, then=pending,
-                                       buckets=state_buckets, schema=out_schema)
+                                       buckets=state_buckets, schema=out_schema, sink=sink)
 
             outputs[node.id] = _Output(build_keyed, [], schema)
         elif hasattr(node.stage, "process_inputs"):

@@ -32,12 +32,14 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.catalog import TableDef
 from tidemark.engine.changelog import canonical_key
 from tidemark.formats import dead_letter
 from tidemark.formats.batch_encode import BatchEncoder
 from tidemark.formats.codecs import Encoder
 from tidemark.kafka.config import table_properties
+from tidemark.spark.keyed import WRITTEN_COLUMN, WRITTEN_SCHEMA
 from tidemark.kafka.transactional import (
     SinkWriteError,
     TransactionalBatchWriter,
@@ -84,6 +86,55 @@ class _SinkKey:
         return self.pk
 
 
+class UpsertProducer:
+    """Nets a batch's changes per sink primary key (``net_upserts``: at most one record per
+    key, the row or a tombstone), encodes and produces them, and flushes before returning.
+    Built on the driver and pickled into the Python workers: by the upsert sink's own pass,
+    or by the keyed stage that feeds the sink when that stage is keyed by the sink's PK
+    (``tidemark.spark.query.keyed_by_sink_pk``), so every change of one key is in the batch
+    it is given."""
+
+    def __init__(self, conf: dict[str, Any], table: TableDef, registry_url: str | None, topic: str,
+                 flush_timeout_s: float):
+        self.conf = conf
+        self.table = table
+        self.registry_url = registry_url
+        self.topic = topic
+        self.flush_timeout_s = flush_timeout_s
+
+    def write(self, batch: ChangeBatch) -> int:
+        """Produce ``batch``; returns the records produced. Raises ``SinkWriteError`` when
+        a record is not delivered within the flush timeout."""
+        from tidemark.engine.kernels.upsert import net_upserts
+
+        if len(batch) == 0:
+            return 0
+        producer = _shared_producer(self.conf)
+        errors: list[str] = []
+        n = 0
+
+        def on_delivery(err, msg) -> None:
+            if err is not None:
+                errors.append(err.str())
+
+        try:
+            finals = net_upserts(batch, self.table.pk_indexes).table()
+            for key, value in BatchEncoder(self.table, self.registry_url).encode_table(finals, self.topic):
+                while True:
+                    try:
+                        producer.produce(self.topic, key=key, value=value, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                n += 1
+            if producer.flush(self.flush_timeout_s) or errors:
+                raise SinkWriteError(f"upsert sink '{self.topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
+        except BaseException:
+            _PRODUCERS.pop(_producer_key(self.conf), None)  # the task's retry starts with a fresh producer
+            raise
+        return n
+
+
 class UpsertSink:
     """Key = sink PK, value = row, tombstone on delete (see module docstring)."""
 
@@ -98,21 +149,26 @@ class UpsertSink:
         self.flush_timeout_s = flush_timeout_s
         self.metrics: Counter = Counter()
 
+    def producer(self) -> UpsertProducer:
+        """What writes a batch of this sink's changes in a Python worker."""
+        conf = producer_config(self.bootstrap, table_properties(self.table.options))
+        return UpsertProducer(conf, self.table, self.registry_url, self.topic, self.flush_timeout_s)
+
     def write_batch(self, df: DataFrame, batch_id: int, keyed: bool = False) -> int:
         """Write one batch; returns the number of records produced.
 
         Two Arrow passes: split the batch's changes by sink primary key into one blob per
-        task and key bucket, shuffle by bucket, then net each key's changes to one
-        (``net_upserts``, ``net_upsert`` over a whole batch), encode and produce. Both stay
-        on the node's Arrow columns: no row is pickled or built as a ``Change``.
-        ``keyed``: every change of one PK is already in one partition of ``df``
-        (``tidemark.spark.query.keyed_by_sink_pk``), so the produce pass runs on ``df`` as
-        it stands, in the same Spark stage as the operator that made it."""
+        task and key bucket, shuffle by bucket, then net each key's changes to one and
+        produce (``UpsertProducer``). Both stay on the node's Arrow columns: no row is
+        pickled or built as a ``Change``. ``keyed``: every change of one PK is already in
+        one partition of ``df`` (``tidemark.spark.query.keyed_by_sink_pk``), so the produce
+        pass runs on ``df`` as it stands, in the same Spark stage as the operator that made
+        it."""
         from tidemark.engine import batch_ipc
         from tidemark.spark.keyed import BLOB_SCHEMA, arrow_pairs, blob_batch, blob_rows
 
-        table, url, topic, timeout = self.table, self.registry_url, self.topic, self.flush_timeout_s
-        conf = producer_config(self.bootstrap, table_properties(table.options))
+        table = self.table
+        producer = self.producer()
         schema = batch_ipc.schema_of(table.column_names, table.types)
         target = (_SinkKey(table.pk_indexes), 0)
         buckets = max(1, int(df.sparkSession.conf.get("spark.sql.shuffle.partitions")))
@@ -126,39 +182,19 @@ class UpsertSink:
         def produce(batches: Iterator[Any]) -> Iterator[Any]:
             import pyarrow as pa
 
-            from tidemark.engine.kernels.upsert import net_upserts
-
-            producer = _shared_producer(conf)
-            errors: list[str] = []
-            n = 0
-
-            def on_delivery(err, msg) -> None:
-                if err is not None:
-                    errors.append(err.str())
-
-            try:
-                blobs = [b for _, b in arrow_pairs(batches)]
-                if blobs:
-                    finals = net_upserts(batch_ipc.decode_batch(blobs), table.pk_indexes).table()
-                    for key, value in BatchEncoder(table, url).encode_table(finals, topic):
-                        while True:
-                            try:
-                                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                                break
-                            except BufferError:
-                                producer.poll(0.1)
-                        n += 1
-                if producer.flush(timeout) or errors:
-                    raise SinkWriteError(f"upsert sink '{topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
-            except BaseException:
-                _PRODUCERS.pop(_producer_key(conf), None)  # the task's retry starts with a fresh producer
-                raise
-            yield pa.RecordBatch.from_pydict({"n": pa.array([n], pa.int64())})
+            blobs = [b for _, b in arrow_pairs(batches)]
+            n = producer.write(batch_ipc.decode_batch(blobs)) if blobs else 0
+            yield pa.RecordBatch.from_pydict({WRITTEN_COLUMN: pa.array([n], pa.int64())})
 
         blobs = df.select("bucket", "input", "batch")
         if not keyed:
             blobs = blobs.mapInArrow(split, BLOB_SCHEMA).repartition("bucket")
-        written = sum(r["n"] for r in blobs.mapInArrow(produce, "n bigint").collect())
+        return self.count_written(blobs.mapInArrow(produce, WRITTEN_SCHEMA))
+
+    def count_written(self, df: DataFrame) -> int:
+        """Run a frame of ``WRITTEN_SCHEMA`` rows (what ``UpsertProducer.write`` returned,
+        per call) and return the records written."""
+        written = sum(r[WRITTEN_COLUMN] for r in df.collect())
         self.metrics["records_written"] += written
         self.metrics["batches"] += 1
         return written
