@@ -139,10 +139,9 @@ def local_python_workers(cores: int | None = None) -> dict[str, str]:
     """Python worker settings for one machine. Spark keeps every Python worker a task ever
     used alive in its pool, and each holds its own copy of pyarrow, pandas, polars and the
     stages, so an unbounded pool grows past what the cores ever run at once. Too small a
-    pool costs more than memory: a task chains up to two Python operators (a keyed stage and
-    the sink's produce pass), and a worker dropped after one
-    batch is started again for the next, which for the sink means a new Kafka producer before
-    its first record. ``IDLE_PYTHON_WORKERS_PER_CORE`` per core measured faster than one;
+    pool costs more than memory: a worker dropped after one batch is started again for the
+    next, which for a stage that writes an upsert sink means a new Kafka producer before its
+    first record. ``IDLE_PYTHON_WORKERS_PER_CORE`` per core measured faster than one;
     docs/benchmarks.md, "Memory" and "Outside the Python workers", has both measurements."""
     return {"spark.python.factory.idleWorkerMaxPoolSize": str(IDLE_PYTHON_WORKERS_PER_CORE * (cores or os.cpu_count() or 1))}
 

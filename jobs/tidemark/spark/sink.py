@@ -2,7 +2,8 @@
 dead-letter topic.
 
 Input: a DataFrame of ``BLOB_SCHEMA`` rows (Arrow IPC change batches), the form changes
-travel in between stages (``tidemark.spark.keyed``).
+travel in between stages (``tidemark.spark.keyed``); or, for an upsert sink written by the
+keyed stage that feeds it (``UpsertProducer``), the frame of what that stage wrote.
 
 Delivery under replay (Spark re-runs the batch it had not committed after a crash):
 
