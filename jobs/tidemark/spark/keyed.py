@@ -639,11 +639,11 @@ def run_keyed_stage(
         )
     if buckets < 1:
         raise ValueError(f"state buckets must be >= 1, got {buckets}")
+    if sink is not None and downstream is not None:
+        raise ValueError(f"stage '{stage.name}' writes its sink itself: it has no downstream stage")
     df = inputs[0].select(*BLOB_COLUMNS)
     for other in inputs[1:]:
         df = df.unionByName(other.select(*BLOB_COLUMNS))
-    if sink is not None and downstream is not None:
-        raise ValueError(f"stage '{stage.name}' writes its sink itself: it has no downstream stage")
     runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then, schema, buckets,
                            fed_schema, sink)
     output = WRITTEN_SCHEMA if sink is not None else BLOB_SCHEMA

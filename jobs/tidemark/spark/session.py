@@ -199,7 +199,6 @@ def session_conf(
     return conf
 
 
-
 def build_session(
     app_name: str = "tidemark",
     master: str | None = None,

@@ -40,13 +40,13 @@ from tidemark.formats import dead_letter
 from tidemark.formats.batch_encode import BatchEncoder
 from tidemark.formats.codecs import Encoder
 from tidemark.kafka.config import table_properties
-from tidemark.spark.keyed import WRITTEN_COLUMN, WRITTEN_SCHEMA
 from tidemark.kafka.transactional import (
     SinkWriteError,
     TransactionalBatchWriter,
     WriteResult,
     producer_config,
 )
+from tidemark.spark.keyed import WRITTEN_COLUMN, WRITTEN_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
