@@ -44,11 +44,11 @@ def tree_rss(root: psutil.Process, include_root: bool = True) -> int:
     total = 0
     for p in procs if include_root else procs[1:]:
         try:
-            rss = p.memory_info().rss
-            parent = p.ppid()
+            # asked before the RSS is read: a clone that execs in between then shows its new
+            # image's RSS, never its parent's
+            if p is not root and shares_address_space(p.pid, p.ppid()):
+                continue
+            total += p.memory_info().rss
         except psutil.Error:
             continue
-        if p is not root and shares_address_space(p.pid, parent):
-            continue
-        total += rss
     return total
