@@ -159,7 +159,6 @@ class RssSampler:
         import psutil
 
         self._me = psutil.Process()
-        self._psutil = psutil
         self.interval_s = interval_s
         self.peak_children = 0
         self.peak_total = 0

@@ -405,8 +405,8 @@ def build_query_frame(
 
             outputs[node.id] = _Output(build_source, [], schema)
         elif node.kind == "sink":
-            writer = (writers or {}).get(node.table)
-            sinks[node.table] = outputs[node.inputs[0]].written(writer) if writer else outputs[node.inputs[0]].changes()
+            upstream_output, writer = outputs[node.inputs[0]], (writers or {}).get(node.table)
+            sinks[node.table] = upstream_output.written(writer) if writer else upstream_output.changes()
         elif node.id in fused:
             firsts[node.id] = [outputs[i] for i in node.inputs]
         elif _is_keyed(node.stage) and any(i in fused for i in node.inputs):
