@@ -255,7 +255,8 @@ def enable_event_log(directory: Path) -> None:
 def keep_progress(directory: Path) -> list[str]:
     """Next to each event log in ``directory``, its streaming progress as JSON Lines
     (``<log>.progress.jsonl``); returns the event logs' paths."""
-    logs = sorted(p for p in directory.iterdir() if not p.name.endswith(".progress.jsonl"))
+    logs = sorted(p for p in directory.iterdir()
+                  if p.name.startswith(("eventlog_v2_", "local-", "app-")) and not p.name.endswith(".progress.jsonl"))
     for log in logs:
         Path(f"{log}.progress.jsonl").write_text("".join(f"{line}\n" for line in event_log.progress_lines(log)),
                                                 encoding="utf-8")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.engine import state_codec
+from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.fusion import fused_pairs
 from tidemark.engine.pipeline import Pipeline
@@ -147,9 +148,8 @@ def check_compatible(old: dict[str, Any] | None, new: dict[str, Any], where: str
 
 def _record_path(checkpoint: str) -> Path | None:
     """The record file of a local checkpoint; None for a remote one (``scheme://``)."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
-        return None
-    return Path(checkpoint.removeprefix("file://")) / PLAN_FILE
+    directory = local_dir(checkpoint)
+    return None if directory is None else directory / PLAN_FILE
 
 
 def read_record(checkpoint: str) -> dict[str, Any] | None:

@@ -32,10 +32,10 @@ import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.catalog import TableDef
+from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage
@@ -116,8 +116,9 @@ def read_offset_log(checkpoint: str, batch_id: int, spark: SparkSession | None =
 
 
 def _read_checkpoint_file(checkpoint: str, rel: str, spark: SparkSession | None) -> str | None:
-    if "://" not in checkpoint or checkpoint.startswith("file://"):
-        path = Path(checkpoint.removeprefix("file://")) / rel
+    directory = local_dir(checkpoint)
+    if directory is not None:
+        path = directory / rel
         try:
             return path.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -28,13 +28,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
 from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
+from tidemark.spark.session import use_checkpoint_file_manager
 from tidemark.spark.source import open_bounded_sources
 from tidemark.spark.query import SINK_COLUMN, PerBatchAccumulator, build_query_frame, keyed_by_sink_pk, source_tables
 
@@ -86,9 +87,10 @@ def run_info_of(checkpoint: str, state_buckets: int | None = None) -> RunInfo:
     count, or ``DEFAULT_STATE_BUCKETS`` for a new checkpoint) must match what the checkpoint
     records. Checkpoints on a non-local file system (``scheme://``) keep no file: their run
     id comes from the path, and the bucket count must be given the same on every run."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
+    directory = local_dir(checkpoint)
+    if directory is None:
         return RunInfo(uuid.uuid5(uuid.NAMESPACE_URL, checkpoint).hex[:12], state_buckets or DEFAULT_STATE_BUCKETS)
-    path = Path(checkpoint.removeprefix("file://")) / RUN_FILE
+    path = directory / RUN_FILE
     recorded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     if "state_buckets" in recorded and recorded.get("data_path") != DATA_PATH and (path.parent / "state").exists():
         raise JobError(
@@ -322,6 +324,7 @@ class PipelineJob:
         rate-limited batches), write it, and stop (``Trigger.AvailableNow``)."""
         self._until_idle = until_idle
         self.ensure_topics()
+        use_checkpoint_file_manager(self.spark, self.checkpoint)
         target = self.index.start() if self.index is not None else None
         frame = build_query_frame(
             self.spark, self.pipeline, self.bootstrap, metrics=self.metrics, dead_letters=self.dead_letters,

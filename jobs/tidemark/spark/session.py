@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
 
 if TYPE_CHECKING:
@@ -31,6 +32,16 @@ CONF_ENV = "TIDEMARK_SPARK_CONF"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 MIN_JAVA = 17
+#: Spark's default checkpoint file manager goes through Hadoop's FileContext, and Hadoop's
+#: local file system without its native library (pyspark ships none) starts a child
+#: process for each ``readlink`` a FileContext rename makes, and a micro-batch renames a
+#: file for each log entry and state store file it writes. The FileSystem-based manager
+#: renames with one system call, as atomic on a local disk (docs/benchmarks.md,
+#: "Checkpoint files without child processes").
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 class SparkConfError(TidemarkError):
@@ -197,6 +208,20 @@ def session_conf(
     if conf.get(_SIMPLIFIED_TRACEBACK, "").lower() == "true":
         conf.setdefault("spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK", "1")
     return conf
+
+
+def use_checkpoint_file_manager(spark: SparkSession, checkpoint: str) -> None:
+    """Set the checkpoint file manager of the next query on ``checkpoint``: the one for a
+    local disk when the checkpoint is local, Spark's default for a remote one (whose file
+    system may have no atomic rename but FileContext's). A manager named in
+    ``$TIDEMARK_SPARK_CONF`` stays."""
+    current = spark.conf.get(CHECKPOINT_FILE_MANAGER, None)
+    if current not in (None, LOCAL_CHECKPOINT_FILE_MANAGER):
+        return
+    if local_dir(checkpoint) is not None:
+        spark.conf.set(CHECKPOINT_FILE_MANAGER, LOCAL_CHECKPOINT_FILE_MANAGER)
+    else:
+        spark.conf.unset(CHECKPOINT_FILE_MANAGER)
 
 
 def build_session(
