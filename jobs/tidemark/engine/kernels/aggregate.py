@@ -55,6 +55,7 @@ from tidemark.engine.driver import Bucket
 from tidemark.engine.kernels import aggregate_state
 from tidemark.engine.kernels.aggregate_table import AccumulatorTable, eligible
 from tidemark.engine.kernels.materializer import _NOT_TABULAR
+from tidemark.engine.kernels.runs import Runs
 from tidemark.engine.kernels.table_bucket import TableBucket
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import GroupAggregate, GroupState, uses_distinct
@@ -227,14 +228,16 @@ class AggregateKernel:
         value (``$ov<i>``, null for a new group); ``gids`` and ``olds``: the same groups'
         ``GroupState``, which only DISTINCT calls read."""
         stage = self.stage
-        df = _ranked_extremes(df.join(old, on=_G, how="left"), rows, stage.aggs)
+        # each group's changes together, in the canonical order: windows are runs (``Runs``)
+        df = df.sort(_G, maintain_order=True)
+        df = _ranked_extremes(df.join(old, on=_G, how="left", maintain_order="left"), rows, stage.aggs)
         w = pl.col(WEIGHT)
         over = dict(partition_by=_G)
-        step = pl.int_range(pl.len()).over(**over)
-        rows_k = pl.col("$orows") + w.cum_sum().over(**over)
-        df = df.with_columns(step.alias(_STEP), rows_k.alias(_ROWS))
+        runs = Runs(_G)
+        df = df.with_columns(runs.step().alias(_STEP), (pl.col("$orows") + runs.cum_sum(w)).alias(_ROWS))
         net = df.group_by([_G, *rows]).agg(pl.col(WEIGHT).sum().alias("$net"))
-        df = self._distinct_steps(df.join(self._net_retractions(net, rows), on=_G, how="left"), net, rows, gids, olds)
+        retractions = self._net_retractions(net, rows)
+        df = self._distinct_steps(df.join(retractions, on=_G, how="left", maintain_order="left"), net, rows, gids, olds)
         # no record finds the group empty and retracts (the per-key path skips it)
         simple = pl.col(_ROWS) >= 0
         values = []
@@ -247,11 +250,11 @@ class AggregateKernel:
             values.append((i, value.alias(_c("val", i))))
         df = df.with_columns(simple.alias(_SIMPLE), *(v for _, v in values))
         first = pl.col(_STEP) == 0
-        before = pl.col(_ROWS).shift(1).over(**over) > 0
+        before = runs.previous(pl.col(_ROWS)) > 0
         changed = (pl.col(_ROWS) > 0) != pl.when(first).then(pl.col("$orows") > 0).otherwise(before)
         for i, _ in values:
             value = pl.col(_c("val", i))
-            prev = pl.when(first).then(pl.col(_c("ov", i))).otherwise(value.shift(1).over(**over))
+            prev = pl.when(first).then(pl.col(_c("ov", i))).otherwise(runs.previous(value))
             changed = changed | value.ne_missing(prev)
         return df.with_columns(pl.col(_SIMPLE).all().over(**over), changed.alias(_CHANGED))
 
@@ -259,6 +262,7 @@ class AggregateKernel:
         """(the call's output after each change, whether the group's counts for it can
         never clamp) as expressions over the joined steps frame."""
         over = dict(partition_by=_G)
+        runs = Runs(_G)
         w = pl.col(WEIGHT)
         if call.func == "COUNT_STAR" or call.counts_rows:
             return pl.col(_ROWS), pl.lit(True)
@@ -278,17 +282,19 @@ class AggregateKernel:
             # the per-key path feeds each row's net weight in arrival order, clamping at 0:
             # no order may take the count below 0
             never_clamps = pl.col(_c("on", i)) + pl.col(_c("neg", i)) >= 0
-        n_k = pl.col(_c("on", i)) + c.cum_sum().over(**over)
+        n_k = pl.col(_c("on", i)) + runs.cum_sum(c)
         never_clamps = never_clamps & (n_k >= 0)  # nor may the replay in the canonical order
         emptied = pl.col(_ROWS) == 0  # the per-key replay re-creates the group's state after it
         if call.func == "COUNT":
             return n_k, never_clamps & (~emptied | (n_k == 0))
-        t_k = pl.col(_c("ot", i)).fill_null(0) + (arg * c).fill_null(0).cum_sum().over(**over)
+        weighted = (arg * c).fill_null(0)
+        integral = df[rows[call.arg]].dtype.is_integer()
+        t_k = pl.col(_c("ot", i)).fill_null(0) + (runs.cum_sum(weighted) if integral else weighted.cum_sum().over(**over))
         # a count at 0 resets its total (``SumAcc``): the running total must be 0 there too
         never_clamps = never_clamps & ((n_k != 0) | (t_k == 0)) & (~emptied | (n_k == 0))
         if call.func == "SUM":
             return pl.when(n_k > 0).then(t_k), never_clamps
-        if df[rows[call.arg]].dtype.is_integer():  # Java's long division truncates toward zero
+        if integral:  # Java's long division truncates toward zero
             q = t_k.abs() // n_k
             return pl.when(n_k > 0).then(pl.when(t_k >= 0).then(q).otherwise(-q)), never_clamps
         return pl.when(n_k > 0).then(t_k / n_k), never_clamps
@@ -321,7 +327,7 @@ class AggregateKernel:
             old_n = [s.get(v, 0) if s is not None else 0 for s, v in zip(seen, pairs[arg].to_list())]
             negs = net.filter(pl.col("$net") < 0).group_by(_G, arg).agg(pl.col("$net").sum().alias("$nneg"))
             pairs = pairs.with_columns(pl.Series("$seen", old_n, dtype=pl.Int64)).join(negs, on=[_G, arg], how="left")
-            df = df.join(pairs, on=[_G, arg], how="left", nulls_equal=False)
+            df = df.join(pairs, on=[_G, arg], how="left", nulls_equal=False, maintain_order="left")
             after = pl.col("$seen") + w.cum_sum().over([_G, arg])
             before = after - w
             moves = pl.when((before == 0) & (after > 0)).then(1).when((before > 0) & (after == 0)).then(-1)
