@@ -126,7 +126,7 @@ def run(
     state_buckets: Annotated[
         int | None,
         typer.Option("--state-buckets", min=1,
-                     help="State buckets per keyed stage, fixed when the checkpoint is created (default 4). "
+                     help="State buckets per keyed stage, fixed when the checkpoint is created (default 2, one per shuffle partition). "
                           "Fewer: fewer state calls per batch; more: less state rewritten per touched bucket."),
     ] = None,
     init: InitOption = [],  # noqa: B006 - typer reads the default, never mutates it

@@ -79,9 +79,9 @@ DEFAULT_OPERATOR = "transformWithStateInPandas"
 #: state buckets per keyed stage (see the module docstring); fixed for a checkpoint's life.
 #: Each bucket costs JVM round trips and a kernel call's fixed cost every batch that touches
 #: it, whatever its size, so a few large buckets beat many small ones on the batches a
-#: sustained job takes: two per shuffle partition of the embedded session (docs/benchmarks.md,
-#: "Fewer, larger state buckets")
-DEFAULT_STATE_BUCKETS = 4
+#: sustained job takes: one per shuffle partition of the embedded session (docs/benchmarks.md,
+#: "Fewer, larger state buckets" and "One state bucket per shuffle partition")
+DEFAULT_STATE_BUCKETS = 2
 #: the keyed stage's input columns
 _GROUPED_COLUMNS = (*BLOB_COLUMNS, "now_ms")
 
