@@ -13,7 +13,7 @@ Derivation, for a group whose first row is ``s`` and a column ``x`` without null
 complement the difference is exact whenever the group's own sum fits, so integer columns
 only: a float running sum over the whole column would round differently from the group's.
 A window function (``over``) instead groups, evaluates and scatters back once per
-expression, which on a bucket call's batch costs about twenty times as much.
+expression (docs/benchmarks.md, "The aggregate kernel's windows as runs").
 """
 
 from __future__ import annotations
