@@ -245,7 +245,7 @@ class AggregateKernel:
             if _decimal_avg(call, df[rows[call.arg]].dtype if call.arg is not None else None):
                 simple = simple & (pl.len().over(**over) == 1)
                 continue
-            value, ok = self._step_value(df, rows, i, call)
+            value, ok = self._step_value(df, rows, i, call, runs)
             simple = simple & ok
             values.append((i, value.alias(_c("val", i))))
         df = df.with_columns(simple.alias(_SIMPLE), *(v for _, v in values))
@@ -258,11 +258,10 @@ class AggregateKernel:
             changed = changed | value.ne_missing(prev)
         return df.with_columns(pl.col(_SIMPLE).all().over(**over), changed.alias(_CHANGED))
 
-    def _step_value(self, df: pl.DataFrame, rows: list[str], i: int, call: Any) -> tuple[pl.Expr, pl.Expr]:
+    def _step_value(self, df: pl.DataFrame, rows: list[str], i: int, call: Any, runs: Runs) -> tuple[pl.Expr, pl.Expr]:
         """(the call's output after each change, whether the group's counts for it can
         never clamp) as expressions over the joined steps frame."""
         over = dict(partition_by=_G)
-        runs = Runs(_G)
         w = pl.col(WEIGHT)
         if call.func == "COUNT_STAR" or call.counts_rows:
             return pl.col(_ROWS), pl.lit(True)
