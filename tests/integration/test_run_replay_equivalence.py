@@ -74,6 +74,9 @@ FAST = [
     case(1, "join_id", "DEDUPLICATE"),
     case(2, "inventory", "NOTHING"),
     case(3, "agg_by_sub_key", "ERROR"),
+    # DO ERROR stops the job at a batch whose second task conflicts after the first one's
+    # changes passed: none of that batch may reach the sink
+    case(10, "projection", "ERROR"),
     case(4, "left_join_id", "DEDUPLICATE", "changelog-sink"),
     case(5, "agg_by_sub_key", "DEDUPLICATE", "merge-engine"),
     # an upsert source: the UDF runs after normalize, on the row path, with NULL arguments

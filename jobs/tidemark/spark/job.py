@@ -37,7 +37,7 @@ from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers
 from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
 from tidemark.spark.session import use_checkpoint_file_manager
 from tidemark.spark.source import open_bounded_sources
-from tidemark.spark.query import SINK_COLUMN, PerBatchAccumulator, build_query_frame, keyed_by_sink_pk, source_tables
+from tidemark.spark.query import SINK_COLUMN, PerBatchAccumulator, build_query_frame, keyed_by_sink_pk, refuses_conflicts, source_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -199,8 +199,12 @@ class PipelineJob:
         self.sink: Any = self.sinks[pipeline.sink.name]
         #: the upsert sinks whose changes arrive keyed by their PK (no shuffle of their own);
         #: outside a statement set, the keyed stage that feeds one writes it itself
+        # a sink keyed by its PK is produced without a shuffle of its own, inside the keyed
+        # stage that feeds it, unless that stage can fail the batch (``refuses_conflicts``);
+        # a statement set's batch runs to the end before any of its sinks is written
         self.keyed_sinks = {t.table.name for t in pipeline.sinks
-                            if isinstance(self.sinks[t.table.name], UpsertSink) and keyed_by_sink_pk(pipeline, t.node_id)}
+                            if isinstance(self.sinks[t.table.name], UpsertSink) and keyed_by_sink_pk(pipeline, t.node_id)
+                            and (pipeline.statement_set or not refuses_conflicts(pipeline, t.node_id))}
         self.sinks_written_in_stage = set() if pipeline.statement_set else self.keyed_sinks
         self.sink_topic = self.sink.topic
         self.sink_writer_id = self._writer_id(pipeline.sink.name)

@@ -357,6 +357,16 @@ def keyed_by_sink_pk(pipeline: Pipeline, sink_node_id: int) -> bool:
     return output_key_columns(up.stage) == tuple(table.pk_indexes)
 
 
+def refuses_conflicts(pipeline: Pipeline, sink_node_id: int) -> bool:
+    """Whether a stage feeding this sink fails the batch on a conflict (``ON CONFLICT DO
+    ERROR``). Such a sink is produced only after every task of the batch's keyed stages has
+    passed: a sink produced inside the keyed stage would keep what one task wrote while
+    another task's conflict stops the job at that batch."""
+    return any(
+        getattr(pipeline.nodes[n].stage, "strategy", None) == "ERROR" for n in pipeline.upstream(sink_node_id)
+    )
+
+
 def build_query_frame(
     spark: SparkSession,
     pipeline: Pipeline,
