@@ -37,7 +37,14 @@ from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers
 from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
 from tidemark.spark.session import use_checkpoint_file_manager
 from tidemark.spark.source import open_bounded_sources
-from tidemark.spark.query import SINK_COLUMN, PerBatchAccumulator, build_query_frame, keyed_by_sink_pk, refuses_conflicts, source_tables
+from tidemark.spark.query import (
+    SINK_COLUMN,
+    PerBatchAccumulator,
+    build_query_frame,
+    keyed_by_sink_pk,
+    refuses_conflicts,
+    source_tables,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -198,10 +205,9 @@ class PipelineJob:
         }
         self.sink: Any = self.sinks[pipeline.sink.name]
         #: the upsert sinks whose changes arrive keyed by their PK (no shuffle of their own);
-        #: outside a statement set, the keyed stage that feeds one writes it itself
-        # a sink keyed by its PK is produced without a shuffle of its own, inside the keyed
-        # stage that feeds it, unless that stage can fail the batch (``refuses_conflicts``);
-        # a statement set's batch runs to the end before any of its sinks is written
+        #: outside a statement set, the keyed stage that feeds one writes it itself. Not a
+        #: sink fed by a stage that can fail the batch (``refuses_conflicts``), unless the
+        #: batch runs to its end before any sink is written (a statement set's)
         self.keyed_sinks = {t.table.name for t in pipeline.sinks
                             if isinstance(self.sinks[t.table.name], UpsertSink) and keyed_by_sink_pk(pipeline, t.node_id)
                             and (pipeline.statement_set or not refuses_conflicts(pipeline, t.node_id))}
