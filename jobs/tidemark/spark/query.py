@@ -52,6 +52,7 @@ from tidemark.engine.event_time import END_OF_INPUT
 from tidemark.engine.fusion import FusedStage, fused_pairs, output_key_columns
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import StatelessStage
+from tidemark.engine.stages.materializer import SinkMaterializer
 from tidemark.engine import batch_ipc
 from tidemark.spark.keyed import (
     BLOB_SCHEMA,
@@ -362,9 +363,8 @@ def refuses_conflicts(pipeline: Pipeline, sink_node_id: int) -> bool:
     ERROR``). Such a sink is produced only after every task of the batch's keyed stages has
     passed: a sink produced inside the keyed stage would keep what one task wrote while
     another task's conflict stops the job at that batch."""
-    return any(
-        getattr(pipeline.nodes[n].stage, "strategy", None) == "ERROR" for n in pipeline.upstream(sink_node_id)
-    )
+    stages = (pipeline.nodes[n].stage for n in pipeline.upstream(sink_node_id))
+    return any(isinstance(s, SinkMaterializer) and s.strategy == "ERROR" for s in stages)
 
 
 def build_query_frame(
