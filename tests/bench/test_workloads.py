@@ -147,17 +147,3 @@ def test_compare_tables_normalizes_types_and_reports_every_kind_of_difference() 
     assert compare_tables([[1, "x"], [2, "y"]], {(1,): (1, "x"), (3,): (3, "z")}, [0]) == [
         "only in flink: (2, 'y')", "only in tidemark: (3, 'z')"]
     assert compare_tables([[1, True]], [(1, 1)], [0]) != []
-
-
-def test_state_operators_are_named_as_the_job_runs_them(tmp_path: Path) -> None:
-    """W1's aggregate and join share their key and run as one operator: Spark reports two
-    stateful operators (nearest the sink first), not three."""
-    from tidemark_runner import stage_state
-
-    from tidemark.engine.pipeline import compile_sql
-
-    w1 = compile_sql(generate("W1", SCALE, 1, tmp_path / "w1").tidemark_sql)
-    assert stage_state(w1, [{"bytes": 3}, {"bytes": 2}]) == {"materializer:inventory": 3, "aggregate#1+join#3": 2}
-    assert stage_state(w1, [{"bytes": 3}, {"bytes": 2}, {"bytes": 1}]) == {}
-    w2 = compile_sql(generate("W2-DEDUPLICATE", SCALE, 1, tmp_path / "w2").tidemark_sql)
-    assert stage_state(w2, [{"bytes": 3}, {"bytes": 2}]) == {"materializer:t1": 3, "join#2": 2}

@@ -25,8 +25,8 @@ clock (``sustained.tidemark_steady``: from the first batch's commit to the last'
 reported as ``steady``.
 
 State size at the end: the bytes on disk under ``CHECKPOINT/state`` (every retained
-version of every state store: what a restart reads) and, from Spark's progress of the last
-data batch, the current version's size, in total and per keyed stage.
+version of every state store: what a restart reads) and, from the last data batch's report,
+the keyed stages' stored bytes (``tidemark.spark.state_bytes``), in total and per stage.
 
 Latency (one workload is enough, as the issue asks) reuses ``bench_e2e.py``'s method and
 code: a warm job, rows produced at a fixed rate, sink visibility - produce time.
@@ -55,7 +55,6 @@ from confluent_kafka import Producer
 
 from tidemark.control.supervisor import terminate_group
 from tidemark.engine.catalog import TableDef
-from tidemark.engine.fusion import fused_pairs
 from tidemark.engine.pipeline import Pipeline, compile_sql
 from tidemark.kafka.admin import ensure_topics
 
@@ -98,9 +97,7 @@ class TidemarkRun:
     #: sink PK -> row (typed as the sink's columns), not part of ``figures()``
     table: dict[tuple, tuple] = field(default_factory=dict, repr=False)
     columns: list[str] = field(default_factory=list)
-    #: per stateful operator (Spark's progress order): keys held and current-version bytes
-    state_operators: list[dict[str, Any]] = field(default_factory=list)
-    #: current-version bytes per keyed stage name (when the operators map onto the stages)
+    #: stored bytes per keyed stage after the last batch (``tidemark.spark.state_bytes``)
     state_by_stage: dict[str, int] = field(default_factory=dict)
     materializer_state_bytes: int | None = None
     #: the query's first-batch planning, seconds (session runs only)
@@ -273,7 +270,6 @@ def run_workload(
                                    "max_records_per_trigger": max_records_per_trigger}, timeout_s)
         exit_status = int(reply["exit_status"])
         failure = reply.get("error", "")
-        state_operators = reply.get("state_operators") or []
         planning_s = reply.get("planning_s")
         phases.update(reply.get("phases") or {})
         log = session.workdir / "driver.log"
@@ -281,7 +277,6 @@ def run_workload(
         t_spawn, peak, exit_status = _run_cli(sql_file, bootstrap, checkpoint, job_name, status, log, workdir,
                                               max_records_per_trigger, timeout_s, f"{name}/{variant}")
         failure = " | ".join(log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:])
-        state_operators = []
         planning_s = None  # the CLI's status file does not carry it
     phases["job_s"] = time.monotonic() - t
     if progress is not None:
@@ -310,7 +305,7 @@ def run_workload(
     table = sink_table(bootstrap, pipeline, None if pipeline.sink.changelog_mode == "upsert" else writer_id,
                        timeout_s=300)
     phases["read_s"] = time.monotonic() - t
-    by_stage = stage_state(pipeline, state_operators)
+    by_stage = data[-1].get("state_bytes_by_stage") or {}
     t = time.monotonic()
     state_bytes = dir_bytes(checkpoint / "state")
     phases["state_scan_s"] = time.monotonic() - t
@@ -324,29 +319,11 @@ def run_workload(
         rows_per_s_with_planning=input_rows / run_s if run_s > 0 else float("inf"),
         peak_rss_bytes=peak, state_bytes=state_bytes, phases={k: round(v, 2) for k, v in phases.items()},
         state_current_version_bytes=int(data[-1].get("state_size_bytes") or 0),
-        batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status, state_operators=state_operators,
+        batches=len(data), rows_out=sum(e["rows_out"] for e in batches), exit_status=exit_status,
         workdir=str(workdir), table=table, columns=list(pipeline.sink.column_names),
         max_records_per_trigger=max_records_per_trigger, steady=steady.as_dict() if steady else None,
         batch_times=[(e["ts"], int(e["rows_in"])) for e in data],
     )
-
-
-def stage_state(pipeline: Pipeline, operators: list[dict[str, Any]]) -> dict[str, int]:
-    """Name the stateful operators of a progress: Spark lists them top-down from the sink
-    (measured: W2's first operator holds one key per sink row, its second one per join
-    key), i.e. the pipeline's keyed operators in reverse order, where two fused stages are
-    one operator named ``first+second`` (``tidemark.engine.fusion``). Empty when the
-    counts differ (a stage hosted without a state store, e.g. the delta join)."""
-    pairs = fused_pairs(pipeline)
-    fed = {second for second, _ in pairs.values()}
-    keyed = [
-        f"{n.stage.name}+{pipeline.node(pairs[n.id][0]).stage.name}" if n.id in pairs else n.stage.name
-        for n in pipeline.nodes
-        if n.stage is not None and hasattr(n.stage, "process_key") and n.id not in fed
-    ]
-    if len(keyed) != len(operators):
-        return {}
-    return {name: int(op["bytes"]) for name, op in zip(reversed(keyed), operators, strict=True)}
 
 
 def _run_cli(sql_file: Path, bootstrap: str, checkpoint: Path, job_name: str, status: Path, log: Path, workdir: Path,
@@ -498,22 +475,6 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
-def _state_operators(job: Any) -> list[dict[str, Any]]:
-    """Per stateful operator of the last batch that read input (its scans emitted change
-    blobs, which Spark counts as ``numInputRows``), in Spark's progress order: rows (keys)
-    in the store and the size of its current version."""
-    last = None
-    for p in job.query.recentProgress if job.query is not None else []:
-        if (_get(p, "numInputRows") or 0) > 0:
-            last = p
-    out = []
-    for op in (_get(last, "stateOperators") or []) if last is not None else []:
-        custom = _get(op, "customMetrics") or {}
-        out.append({"rows": int(_get(op, "numRowsTotal") or 0),
-                    "bytes": int(custom.get("stateOnCurrentVersionSizeBytes") or custom.get("rocksdbSstFileSize") or 0)})
-    return out
-
-
 def _start_planning_s(job: Any) -> float | None:
     """Spark's planning of the query's first batch (``durationMs.queryPlanning``): analysis,
     optimization, physical planning, the state schema checks and each keyed stage's Python
@@ -597,7 +558,7 @@ def _serve_one(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
             job.close()
         lap("close_s")
         status.emit("idle")
-        return {"ok": True, "exit_status": 0, "state_operators": _state_operators(job), "phases": phases,
+        return {"ok": True, "exit_status": 0, "phases": phases,
                 "planning_s": _start_planning_s(job)}
     except Exception as err:  # reported to the harness, which fails the run loudly
         import traceback

@@ -108,15 +108,13 @@ def test_delta_join_sink_equals_regular_join_sink_many_seeds(spark, kafka_bootst
     _run_cases(spark, kafka_bootstrap, tmp_path, SLOW_CASES)
 
 
-def state_bytes(job: PipelineJob) -> list[int]:
-    """Bytes of the current state version per state store operator after the last batch
-    (nearest the sink first). Not rows: a store's rows are its state buckets, a handful
-    however many join rows they hold."""
-    out = []
-    for op in state_operators(job.query.lastProgress):
-        custom = op.get("customMetrics") or {}
-        out.append(int(custom.get("stateOnCurrentVersionSizeBytes") or custom.get("rocksdbSstFileSize") or 0))
-    return out
+def state_after(job: PipelineJob) -> tuple[int, dict[str, int]]:
+    """After the last batch: the query's state store operators, and the bytes each keyed
+    stage stores (``tidemark.spark.state_bytes``). Not rows: a store's rows are its state
+    buckets, a handful however many join rows they hold."""
+    by_stage = job.reports[-1].state_bytes_by_stage
+    assert by_stage is not None, "a new checkpoint's state size is known"
+    return len(state_operators(job.query.lastProgress)), by_stage
 
 
 def test_delta_join_keeps_no_join_state_while_the_regular_join_grows(spark, kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -131,12 +129,12 @@ def test_delta_join_keeps_no_join_state_while_the_regular_join_grows(spark, kafk
                         max_records_per_trigger=20, **kw)
             for p, tag, kw in ((delta, "delta", dict(index_url=service.url, index_token=service.token)),
                                (regular, "regular", {}))]
-    rounds: list[list[list[int]]] = []
+    rounds: list[list[tuple[int, dict[str, int]]]] = []
 
-    def run_round(job: PipelineJob) -> list[int]:
+    def run_round(job: PipelineJob) -> tuple[int, dict[str, int]]:
         job.start(until_idle=True)  # a restart continues from the checkpoint
         job.wait()  # restarts the query on a transient Spark failure
-        return state_bytes(job)
+        return state_after(job)
 
     try:
         with ThreadPoolExecutor(2) as pool:
@@ -160,10 +158,12 @@ def test_delta_join_keeps_no_join_state_while_the_regular_join_grows(spark, kafk
     (delta_1, regular_1), (delta_2, regular_2) = rounds
     # the delta join: no state store operator at all (the upsert sink keyed by both
     # inputs' primary keys needs no materializer either)
-    assert delta_1 == [] and delta_2 == []
-    # the regular join: [materializer, join]; the join's state grows with the input
-    assert len(regular_1) == 2 and len(regular_2) == 2
-    assert 0 < regular_1[-1] < regular_2[-1]
+    assert delta_1 == (0, {}) and delta_2 == (0, {})
+    # the regular join: a materializer and the join; the join's state grows with the input
+    assert regular_1[0] == 2 and regular_2[0] == 2
+    join = [name for name in regular_1[1] if name.startswith("join")]
+    assert len(join) == 1 and sorted(regular_1[1]) == sorted(regular_2[1]), (regular_1, regular_2)
+    assert 0 < regular_1[1][join[0]] < regular_2[1][join[0]]
     # and the delta join did look rows up in the (embedded) index service
     assert sum(n for k, n in metrics.items() if k.endswith(".lookup_keys")) > 0, metrics
     assert not any(k.endswith("unbound_regular_join_keys") for k in metrics), metrics

@@ -41,12 +41,15 @@ def test_report_joins_spark_progress_with_what_the_sink_saw():
                  state=[{"numRowsTotal": 4, "customMetrics": {"stateOnCurrentVersionSizeBytes": 1000}},
                         {"numRowsTotal": 1, "memoryUsedBytes": 24}])
     sink = SinkBatch(rows_in=12, rows_out=5, dlq=2, counters={"materializer.conflicts_dropped": 3,
-                                                  "join.retractions_without_state": 1, "x.other": 9})
+                                                  "join.retractions_without_state": 1, "x.other": 9},
+                     state_bytes={"join#2": 1000, "materializer:t": 24})
     r = report_from(p, sink)
     assert (r.batch_id, r.rows_in, r.rows_out, r.dlq, r.duration_ms) == (7, 12, 5, 2, 1234)
     assert (r.conflicts, r.retractions_without_state) == (3, 1)
     assert r.lag == {"a": {"0": 5, "1": 0}} and r.total_lag == 5
-    assert (r.state_size_bytes, r.state_rows) == (1024, 5)
+    # the bytes are the stages' own measure; the rows are the stores' (one per bucket)
+    assert (r.state_size_bytes, r.state_bytes_by_stage, r.state_rows) == (1024, {"join#2": 1000, "materializer:t": 24}, 5)
+    assert report_from(p, SinkBatch(1, 1, 0, {}, state_bytes=None)).state_size_bytes is None
     assert r.start_offsets == {"a": {"0": 3, "1": 0}} and r.end_offsets == {"a": {"0": 10, "1": 2}}
 
 

@@ -37,6 +37,7 @@ from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers
 from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
 from tidemark.spark.session import use_checkpoint_file_manager
 from tidemark.spark.source import open_bounded_sources
+from tidemark.spark.state_bytes import StateBytes
 from tidemark.spark.query import (
     SINK_COLUMN,
     PerBatchAccumulator,
@@ -124,6 +125,18 @@ def run_info_of(checkpoint: str, state_buckets: int | None = None) -> RunInfo:
     tmp.write_text(json.dumps(record), encoding="utf-8")
     os.replace(tmp, path)
     return info
+
+
+def _has_commits(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether Spark committed a batch in this checkpoint (its commit log names batch ids)."""
+    directory = local_dir(checkpoint)
+    if directory is not None:
+        commits = directory / "commits"
+        return commits.is_dir() and any(f.name.isdigit() for f in commits.iterdir())
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/commits")
+    fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+    return bool(fs.exists(path)) and any(str(f.getPath().getName()).isdigit() for f in fs.listStatus(path))
 
 
 def run_id_of(checkpoint: str) -> str:
@@ -217,6 +230,7 @@ class PipelineJob:
         self.dlq_writer_id = f"{self.name}.dlq.{self.run_id}"
         self.dlq = DeadLetterSink(bootstrap, self.name, encoding=dlq_encoding, writer_id=self.dlq_writer_id)
         self.metrics = StageMetrics(spark)
+        self.state_bytes = StateBytes(local_dir(checkpoint), resumed=_has_commits(spark, checkpoint))
         #: per batch: dead letters by source coordinate, records read by topic partition
         self.dead_letters = PerBatchAccumulator(spark)
         self.records_read = PerBatchAccumulator(spark)
@@ -292,11 +306,12 @@ class PipelineJob:
         if letters:
             result = self.dlq.write_letters(self.dlq.letters(letters, batch_id), batch_id)
             dlq = 0 if result.skipped else len(letters)
+        state_bytes = self.state_bytes.record(batch_id, self.metrics.take_sizes(batch_id))
         total = self.metrics.value()
         with self._lock:
             delta = total - self._counters_seen
             self._counters_seen = total
-            self._sink_batches[batch_id] = SinkBatch(rows_in, rows_out, dlq, dict(delta))
+            self._sink_batches[batch_id] = SinkBatch(rows_in, rows_out, dlq, dict(delta), state_bytes)
 
     def _write_sinks(self, df: DataFrame, batch_id: int) -> int:
         """Write the batch to every sink that has not committed it; returns the records

@@ -305,14 +305,37 @@ class StageMetrics:
                 value1.update(value2)
                 return value1
 
+        class _LatestParam(AccumulatorParam):
+            def zero(self, value: dict) -> dict:
+                return {}
+
+            def addInPlace(self, value1: dict, value2: dict) -> dict:
+                for batch, sizes in value2.items():
+                    value1.setdefault(batch, {}).update(sizes)
+                return value1
+
         self._acc = spark.sparkContext.accumulator(Counter(), _CounterParam())
+        #: {batch id: {(stage, bucket): stored bytes}} (``tidemark.spark.state_bytes``): a
+        #: task that runs again reports the same sizes, which the dict absorbs
+        self._sizes = spark.sparkContext.accumulator({}, _LatestParam())
 
     @property
     def accumulator(self) -> Any:
         return self._acc
 
+    @property
+    def sizes(self) -> Any:
+        return self._sizes
+
     def value(self) -> Counter:
         return Counter(self._acc.value)
+
+    def take_sizes(self, batch_id: int) -> dict[tuple[str, int], int]:
+        """The stored bytes of every bucket ``batch_id`` wrote, forgotten once taken."""
+        value = self._sizes.value
+        found = value.pop(batch_id, {})
+        self._sizes.value = value
+        return found
 
 
 
@@ -386,7 +409,7 @@ class _BucketRunner:
     def __init__(
         self,
         stage: KeyedStage | FusedStage,
-        accumulator: Any | None,
+        metrics: StageMetrics | None,
         downstream: Target,
         then: Sequence[StatelessStage] = (),
         schema: Any = None,
@@ -397,7 +420,8 @@ class _BucketRunner:
         self.stage = stage
         self.members: tuple[KeyedStage, ...] = stage.members if isinstance(stage, FusedStage) else (stage,)
         self.driven = [_driven(m) for m in self.members]
-        self.accumulator = accumulator
+        self.accumulator = metrics.accumulator if metrics is not None else None
+        self.sizes = metrics.sizes if metrics is not None else None
         self.downstream = downstream
         self.then = list(then)
         self.schema = schema
@@ -439,6 +463,13 @@ class _BucketRunner:
         return _Result(new_stored, rows, old_wakeup, _next_wakeup(self.driven[0], states[0]))
 
 
+    def report_stored(self, bucket: tuple, stored: Sequence[bytes | None]) -> None:
+        """Each member's stored bytes in ``bucket`` after this call (``tidemark.spark.state_bytes``)."""
+        if self.sizes is not None:
+            self.sizes.add({_batch_id(): {(m.name, int(bucket[0])): len(s) if s is not None else 0
+                                          for m, s in zip(self.members, stored)}})
+
+
 def _next_wakeup(driven: Any, state: Any) -> int | None:
     """The bucket's timer: ``Bucket.next_wakeup``, or a batch kernel's ``next_wakeup(state)``
     for a typed state (none when the kernel has no timers)."""
@@ -474,6 +505,7 @@ def _pandas_state_fn(runner: _BucketRunner):
                 state.remove()
         elif stored != old:
             state.update((stored,))
+        runner.report_stored(_bucket, res.stored)
         if res.rows:
             yield _frame(res.rows, runner.columns)
 
@@ -507,7 +539,8 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
         def _stored(self) -> list[bytes | None]:
             return [bytes(got[0]) if got is not None else None for got in (s.get() for s in self.states)]
 
-        def _apply(self, old: list[bytes | None], res: _Result, fired: int | None = None):
+        def _apply(self, key: tuple, old: list[bytes | None], res: _Result, fired: int | None = None):
+            runner.report_stored(key, res.stored)
             for state, before, after in zip(self.states, old, res.stored):
                 if after is None:
                     if before is not None:
@@ -535,14 +568,14 @@ def _tws_processor(runner: _BucketRunner, timers: bool):
                 if old == [None] and not pairs:  # only a tick, and no window open: nothing to fire
                     return
             blobs = blobs_by_input(pairs, n_inputs)
-            yield from self._apply(old, runner.run(blobs, old, now, marks))
+            yield from self._apply(key, old, runner.run(blobs, old, now, marks))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
             old = self._stored()
             if old == [None]:
                 return
             res = runner.run([[] for _ in range(n_inputs)], old, timerValues.getCurrentProcessingTimeInMs())
-            yield from self._apply(old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
+            yield from self._apply(key, old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
 
         def close(self):
             pass
@@ -644,7 +677,7 @@ def run_keyed_stage(
     df = inputs[0].select(*BLOB_COLUMNS)
     for other in inputs[1:]:
         df = df.unionByName(other.select(*BLOB_COLUMNS))
-    runner = _BucketRunner(stage, metrics.accumulator if metrics else None, downstream, then, schema, buckets,
+    runner = _BucketRunner(stage, metrics, downstream, then, schema, buckets,
                            fed_schema, sink)
     output = WRITTEN_SCHEMA if sink is not None else BLOB_SCHEMA
     if operator == "applyInPandasWithState":

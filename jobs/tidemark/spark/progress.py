@@ -32,7 +32,12 @@ class BatchReport:
     retractions_without_state: int = 0
     #: topic -> partition -> records not yet read after this batch
     lag: dict[str, dict[str, int]] = field(default_factory=dict)
-    state_size_bytes: int = 0
+    #: the bytes of the keyed stages' stored state (``tidemark.spark.state_bytes``); None:
+    #: unknown for this checkpoint
+    state_size_bytes: int | None = None
+    #: the same per keyed stage
+    state_bytes_by_stage: dict[str, int] | None = None
+    #: rows in Spark's state stores: one per state bucket a stage keeps
     state_rows: int = 0
     duration_ms: int = 0
     #: source offsets this batch read: [start, end) per topic and partition
@@ -57,6 +62,7 @@ class BatchReport:
             "retractions_without_state": self.retractions_without_state,
             "lag": self.lag,
             "state_size_bytes": self.state_size_bytes,
+            "state_bytes_by_stage": self.state_bytes_by_stage,
             "duration_ms": self.duration_ms,
             "metrics": self.delta_join_metrics(),
         }
@@ -98,6 +104,8 @@ class SinkBatch:
     rows_out: int
     dlq: int
     counters: dict[str, int]
+    #: the keyed stages' stored bytes after the batch (None: unknown)
+    state_bytes: dict[str, int] | None = None
 
 
 # ---------------------------------------------------------------------------- progress parsing
@@ -149,17 +157,9 @@ def lag_of(end: Offsets, latest: Offsets) -> dict[str, dict[str, int]]:
     return lag
 
 
-def state_size(progress: Any) -> tuple[int, int]:
-    """(bytes, rows) of keyed state summed over the stateful operators of a progress."""
-    size = rows = 0
-    for op in _get(progress, "stateOperators", None) or []:
-        rows += int(_get(op, "numRowsTotal", 0) or 0)
-        custom = _get(op, "customMetrics", None) or {}
-        on_disk = custom.get("stateOnCurrentVersionSizeBytes") if isinstance(custom, Mapping) else None
-        if on_disk is None and isinstance(custom, Mapping):
-            on_disk = custom.get("rocksdbSstFileSize")
-        size += int(on_disk if on_disk is not None else (_get(op, "memoryUsedBytes", 0) or 0))
-    return size, rows
+def state_rows(progress: Any) -> int:
+    """Rows in the state stores of a progress's stateful operators."""
+    return sum(int(_get(op, "numRowsTotal", 0) or 0) for op in _get(progress, "stateOperators", None) or [])
 
 
 def ran_a_batch(progress: Any) -> bool:
@@ -181,7 +181,7 @@ def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
         for target, name in ((start, "startOffset"), (end, "endOffset"), (latest, "latestOffset")):
             for topic, parts in offsets_of(_get(src, name)).items():
                 target.setdefault(topic, {}).update(parts)
-    size, rows = state_size(progress)
+    by_stage = sink.state_bytes if sink else None
     duration = _get(progress, "durationMs", None) or {}
     counters = dict(sink.counters) if sink else {}
     return BatchReport(
@@ -194,8 +194,9 @@ def report_from(progress: Any, sink: SinkBatch | None) -> BatchReport:
             v for k, v in counters.items() if k.endswith(".retractions_without_state")
         ),
         lag=lag_of(end, latest),
-        state_size_bytes=size,
-        state_rows=rows,
+        state_size_bytes=sum(by_stage.values()) if by_stage is not None else None,
+        state_bytes_by_stage=by_stage,
+        state_rows=state_rows(progress),
         duration_ms=int(_get(duration, "triggerExecution", 0) or 0),
         start_offsets=start,
         end_offsets=end,
