@@ -18,6 +18,12 @@ from tidemark.engine.errors import TidemarkError
 from tidemark.kafka.config import client_config
 
 COMPACTED = {"cleanup.policy": "compact"}
+#: the consumer settings ``stable_end_offsets`` needs. A fetch at the end of a partition
+#: waits up to ``fetch.wait.max.ms`` for new records before the broker answers, and that
+#: answer is the end of partition the probe waits for, once per micro-batch and source
+#: (docs/benchmarks.md, "The end-of-partition probe"). 0 is not "no wait": librdkafka then
+#: reports no end at all.
+END_PROBE = {"enable.partition.eof": True, "fetch.wait.max.ms": 1}
 
 
 class KafkaAdminError(TidemarkError):
@@ -93,7 +99,7 @@ def stable_end_offsets(
 ) -> dict[tuple[str, int], int]:
     """The end of each partition as a ``read_committed`` consumer sees it: the last
     stable offset (nothing of an open transaction). ``consumer`` must be configured with
-    ``enable.partition.eof``; its assignment is replaced and then cleared.
+    ``END_PROBE``; its assignment is replaced and then cleared.
 
     The end is where a *fetch* reports end-of-partition, not what ListOffsets says,
     because the Tansu broker's ListOffsets is wrong (measured: the base offset of the last
@@ -132,8 +138,7 @@ def end_offsets(
             **client_config(bootstrap),
             "group.id": "tidemark-admin",
             "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
+            **END_PROBE,
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",
         }
     )

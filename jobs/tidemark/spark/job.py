@@ -33,14 +33,13 @@ from typing import TYPE_CHECKING, Any
 from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.pipeline import Pipeline
-from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, StageMetrics, has_timers, stage_error_from
+from tidemark.spark.keyed import DEFAULT_STATE_BUCKETS, PerBatchAccumulator, StageMetrics, has_timers, stage_error_from
 from tidemark.spark.progress import BatchReport, SinkBatch, parse_offset, ran_a_batch, report_from
 from tidemark.spark.session import use_checkpoint_file_manager
 from tidemark.spark.source import open_bounded_sources
 from tidemark.spark.state_bytes import StateBytes
 from tidemark.spark.query import (
     SINK_COLUMN,
-    PerBatchAccumulator,
     build_query_frame,
     keyed_by_sink_pk,
     refuses_conflicts,
@@ -306,7 +305,7 @@ class PipelineJob:
         if letters:
             result = self.dlq.write_letters(self.dlq.letters(letters, batch_id), batch_id)
             dlq = 0 if result.skipped else len(letters)
-        state_bytes = self.state_bytes.record(batch_id, self.metrics.take_sizes(batch_id))
+        state_bytes = self.state_bytes.record(batch_id, self.metrics.sizes.take(batch_id))
         total = self.metrics.value()
         with self._lock:
             delta = total - self._counters_seen

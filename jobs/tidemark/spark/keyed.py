@@ -292,6 +292,8 @@ class StageMetrics:
     running total. Counters are prefixed with the stage name (``materializer.conflicts``)
     so one instance can serve a whole job. Counts are process-lifetime: a restarted job
     starts from zero (as Prometheus counters do), and a replayed batch counts again.
+    ``sizes`` holds what a batch's tasks stored per bucket instead, which a replay does not
+    count twice.
     """
 
     def __init__(self, spark: SparkSession):
@@ -305,42 +307,56 @@ class StageMetrics:
                 value1.update(value2)
                 return value1
 
-        class _LatestParam(AccumulatorParam):
-            def zero(self, value: dict) -> dict:
-                return {}
-
-            def addInPlace(self, value1: dict, value2: dict) -> dict:
-                for batch, sizes in value2.items():
-                    value1.setdefault(batch, {}).update(sizes)
-                return value1
-
         self._acc = spark.sparkContext.accumulator(Counter(), _CounterParam())
-        #: {batch id: {(stage, bucket): stored bytes}} (``tidemark.spark.state_bytes``): a
-        #: task that runs again reports the same sizes, which the dict absorbs
-        self._sizes = spark.sparkContext.accumulator({}, _LatestParam())
+        #: per batch, (stage, bucket) -> the bucket's stored bytes (``tidemark.spark.state_bytes``)
+        self.sizes = PerBatchAccumulator(spark)
 
     @property
     def accumulator(self) -> Any:
         return self._acc
 
-    @property
-    def sizes(self) -> Any:
-        return self._sizes
-
     def value(self) -> Counter:
         return Counter(self._acc.value)
 
-    def take_sizes(self, batch_id: int) -> dict[tuple[str, int], int]:
-        """The stored bytes of every bucket ``batch_id`` wrote, forgotten once taken."""
-        value = self._sizes.value
+
+class PerBatchAccumulator:
+    """Values per batch id and key: a dead letter per source coordinate, the records read
+    per topic partition, the stored bytes per state bucket.
+
+    Workers add ``{batch_id: {key: value}}``; Spark merges the updates of successful tasks
+    into the driver's value. A task that runs again (Spark's retry, or a frame read twice)
+    adds the same keys with the same values, which the dict absorbs, so nothing counts
+    twice. ``take(batch_id)`` returns and forgets one batch's values by key."""
+
+    def __init__(self, spark: SparkSession):
+        from pyspark.accumulators import AccumulatorParam
+
+        class _Param(AccumulatorParam):
+            def zero(self, value: dict) -> dict:
+                return {}
+
+            def addInPlace(self, value1: dict, value2: dict) -> dict:
+                for batch, found in value2.items():
+                    value1.setdefault(batch, {}).update(found)
+                return value1
+
+        self._acc = spark.sparkContext.accumulator({}, _Param())
+
+    @property
+    def accumulator(self) -> Any:
+        return self._acc
+
+    def take(self, batch_id: int) -> dict[Any, Any]:
+        value = self._acc.value
         found = value.pop(batch_id, {})
-        self._sizes.value = value
+        self._acc.value = value
         return found
 
 
 
 
-def _batch_id() -> int:
+def batch_id_of_task() -> int:
+    """The micro-batch a task runs for (-1 outside a streaming query)."""
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -421,7 +437,7 @@ class _BucketRunner:
         self.members: tuple[KeyedStage, ...] = stage.members if isinstance(stage, FusedStage) else (stage,)
         self.driven = [_driven(m) for m in self.members]
         self.accumulator = metrics.accumulator if metrics is not None else None
-        self.sizes = metrics.sizes if metrics is not None else None
+        self.sizes = metrics.sizes.accumulator if metrics is not None else None
         self.downstream = downstream
         self.then = list(then)
         self.schema = schema
@@ -441,7 +457,7 @@ class _BucketRunner:
         except TidemarkError as err:
             raise StageFailure(err) from None
         old_wakeup = _next_wakeup(self.driven[0], states[0])
-        batch_id = _batch_id()
+        batch_id = batch_id_of_task()
         out: ChangeBatch | None = None
         for k, (member, driven) in enumerate(zip(self.members, self.driven)):
             ctx = BatchContext(batch_id=batch_id, now_ms=now_ms)
@@ -462,11 +478,10 @@ class _BucketRunner:
             rows = blob_rows(emitted, self.schema, self.downstream, self.buckets)
         return _Result(new_stored, rows, old_wakeup, _next_wakeup(self.driven[0], states[0]))
 
-
     def report_stored(self, bucket: tuple, stored: Sequence[bytes | None]) -> None:
         """Each member's stored bytes in ``bucket`` after this call (``tidemark.spark.state_bytes``)."""
         if self.sizes is not None:
-            self.sizes.add({_batch_id(): {(m.name, int(bucket[0])): len(s) if s is not None else 0
+            self.sizes.add({batch_id_of_task(): {(m.name, int(bucket[0])): len(s) if s is not None else 0
                                           for m, s in zip(self.members, stored)}})
 
 

@@ -59,9 +59,11 @@ from tidemark.spark.keyed import (
     DEFAULT_STATE_BUCKETS,
     StageCrash,
     StageFailure,
-    StageMetrics,
+    PerBatchAccumulator,
     SinkWriter,
+    StageMetrics,
     Target,
+    batch_id_of_task,
     blob_batch,
     blob_rows,
     joined,
@@ -118,52 +120,7 @@ class GuardedStage:
             ) from err
 
 
-# ---------------------------------------------------------------------------- per-batch accumulators
-
-
-class PerBatchAccumulator:
-    """What the decode passes find, per batch id and key: a dead letter per source
-    coordinate, the records read per topic partition.
-
-    Workers add ``{batch_id: {key: value}}``; Spark merges the updates of successful tasks
-    into the driver's value. A task that runs again (Spark's retry, or a frame read twice)
-    adds the same keys with the same values, which the dict absorbs, so nothing counts
-    twice. ``take(batch_id)`` returns and forgets one batch's values by key."""
-
-    def __init__(self, spark: SparkSession):
-        from pyspark.accumulators import AccumulatorParam
-
-        class _Param(AccumulatorParam):
-            def zero(self, value: dict) -> dict:
-                return {}
-
-            def addInPlace(self, value1: dict, value2: dict) -> dict:
-                for batch, found in value2.items():
-                    value1.setdefault(batch, {}).update(found)
-                return value1
-
-        self._acc = spark.sparkContext.accumulator({}, _Param())
-
-    @property
-    def accumulator(self) -> Any:
-        return self._acc
-
-    def take(self, batch_id: int) -> dict[Any, Any]:
-        value = self._acc.value
-        found = value.pop(batch_id, {})
-        self._acc.value = value
-        return found
-
-
 # ---------------------------------------------------------------------------- the passes
-
-def _batch_id() -> int:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
-    return int(value) if value is not None else -1
-
 
 def decode_batch(
     records: list[dict[str, Any]], src: SourceTable, decoder: Any, batch_id: int
@@ -215,7 +172,7 @@ def decode_function(
     letters_acc, read_acc = dead_letters.accumulator, records_read.accumulator
 
     def fn(batches: Iterator[Any]) -> Iterator[Any]:
-        batch_id = _batch_id()
+        batch_id = batch_id_of_task()
         decoders: dict[str, Any] = {}  # a batch decoder where the format has one
         bad: dict[tuple, dict[str, Any]] = {}
         read: Counter = Counter()

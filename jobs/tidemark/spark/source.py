@@ -254,9 +254,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            # short fetch waits: a probe at the end of a partition must not sit in the
-            # broker's long poll (500 ms by default) before the next probe can start
-            self._consumer = Consumer({**self.conf, "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+            from tidemark.kafka.admin import END_PROBE
+
+            self._consumer = Consumer({**self.conf, **END_PROBE})
         return self._consumer
 
     def _partitions(self) -> dict[str, list[int]]:
