@@ -23,7 +23,7 @@ COMPACTED = {"cleanup.policy": "compact"}
 #: answer is the end of partition the probe waits for, once per micro-batch and source
 #: (docs/benchmarks.md, "The end-of-partition probe"). 0 is not "no wait": librdkafka then
 #: reports no end at all.
-END_PROBE = {"enable.partition.eof": True, "fetch.wait.max.ms": 1}
+END_PROBE = {"enable.partition.eof": True, "fetch.wait.max.ms": 10}
 
 
 class KafkaAdminError(TidemarkError):

@@ -2,9 +2,9 @@
 
 One ``BatchReport`` per committed micro-batch, assembled from two halves that Spark makes
 available at different moments: what the sink's ``foreachBatch`` saw while writing
-(changes written, dead letters, the stage counters of the batch) and Spark's own
-``StreamingQueryProgress`` once the batch is committed (records read, offsets, duration,
-state store sizes). The report goes to the terminal (one line per batch) and, when the
+(changes written, dead letters, the stage counters of the batch, the keyed stages' stored
+bytes) and Spark's own ``StreamingQueryProgress`` once the batch is committed (offsets,
+duration, state store rows). The report goes to the terminal (one line per batch) and, when the
 control service supervises the job, to the JSON Lines status file of ``docs/control.md``.
 """
 
