@@ -20,9 +20,9 @@ from tidemark.kafka.config import client_config
 COMPACTED = {"cleanup.policy": "compact"}
 #: the consumer settings ``stable_end_offsets`` needs. A fetch at the end of a partition
 #: waits up to ``fetch.wait.max.ms`` for new records before the broker answers, and that
-#: answer is the end of partition the probe waits for, once per micro-batch and source
-#: (docs/benchmarks.md, "The end-of-partition probe"). 0 is not "no wait": librdkafka then
-#: reports no end at all.
+#: answer is the end of partition the probe waits for, once per micro-batch and source.
+#: Shorter is not safe on the embedded broker: at 1 ms a busy partition's end was never
+#: reported, and at 0 no partition's (docs/benchmarks.md, "The end-of-partition probe").
 END_PROBE = {"enable.partition.eof": True, "fetch.wait.max.ms": 10}
 
 
