@@ -57,10 +57,10 @@ from tidemark.engine import batch_ipc
 from tidemark.spark.keyed import (
     BLOB_SCHEMA,
     DEFAULT_STATE_BUCKETS,
-    StageCrash,
-    StageFailure,
     PerBatchAccumulator,
     SinkWriter,
+    StageCrash,
+    StageFailure,
     StageMetrics,
     Target,
     batch_id_of_task,
