@@ -353,8 +353,6 @@ class PerBatchAccumulator:
         return found
 
 
-
-
 def batch_id_of_task() -> int:
     """The micro-batch a task runs for (-1 outside a streaming query)."""
     from pyspark import TaskContext

@@ -62,6 +62,7 @@ from tidemark.engine.catalog import TableDef
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 SOURCE_NAME = "tidemark-kafka"
 SCHEMA = "topic string, partition int, offset bigint, timestamp timestamp, key binary, value binary"
@@ -572,19 +573,21 @@ def decoding_source(decode: DecodeFunction, schema: str) -> type[DataSource]:
     return Decoding
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaSource)
 
 
-def read_stream(spark, topics: list[str] | str, bootstrap: str, max_records_per_trigger: int | None = None, **options: str):
+def read_stream(
+    spark: SparkSession, topics: list[str] | str, bootstrap: str, max_records_per_trigger: int | None = None, **options: str
+) -> DataFrame:
     """The streaming DataFrame of raw records of ``topics`` (registers the source)."""
     register(spark)
     return _load(spark, SOURCE_NAME, topics, bootstrap, max_records_per_trigger, options)
 
 
-def decoded_stream(spark, topics: list[str] | str, bootstrap: str,
+def decoded_stream(spark: SparkSession, topics: list[str] | str, bootstrap: str,
                    decode: DecodeFunction, schema: str,
-                   max_records_per_trigger: int | None = None, **options: str):
+                   max_records_per_trigger: int | None = None, **options: str) -> DataFrame:
     """The streaming DataFrame of what ``decode`` makes of the raw records of ``topics``
     (Arrow batches of ``SCHEMA``'s columns in, of ``schema``'s out), run in the scan's own
     Python worker (``DecodingReader``)."""
@@ -593,8 +596,8 @@ def decoded_stream(spark, topics: list[str] | str, bootstrap: str,
     return _load(spark, source.name(), topics, bootstrap, max_records_per_trigger, options)
 
 
-def _load(spark, fmt: str, topics: list[str] | str, bootstrap: str, max_records_per_trigger: int | None,
-          options: dict[str, str]):
+def _load(spark: SparkSession, fmt: str, topics: list[str] | str, bootstrap: str, max_records_per_trigger: int | None,
+          options: dict[str, str]) -> DataFrame:
     reader = (
         spark.readStream.format(fmt)
         .option("topics", topics if isinstance(topics, str) else ",".join(topics))
@@ -772,7 +775,7 @@ def decode_columnar(
     return batch, {**out, **raw}
 
 
-def decode_stream(raw, tables: list[SourceTable]):
+def decode_stream(raw: DataFrame, tables: list[SourceTable]) -> DataFrame:
     """Decode the source's raw records (``read_stream``) of several tables into
     ``DECODED_SCHEMA``: good changes and bad records side by side, so the job can route
     the bad ones to the dead-letter topic instead of failing. ``pos`` is ``(batch id,
@@ -802,14 +805,14 @@ def decode_row(data: bytes) -> tuple:
     return pickle.loads(data)
 
 
-def good_changes(decoded, table_name: str):
+def good_changes(decoded: DataFrame, table_name: str) -> DataFrame:
     """One table's decoded changes: ``kind``, ``row`` (``decode_row`` reads it), ``pos``."""
     from pyspark.sql import functions as F
 
     return decoded.where((F.col("table") == table_name) & F.col("error_kind").isNull()).select("kind", "row", "pos")
 
 
-def bad_records(decoded):
+def bad_records(decoded: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return decoded.where(F.col("error_kind").isNotNull())

@@ -86,19 +86,19 @@ class IgnoreRetract(FieldAgg):
         self.inner = inner
         self.name = inner.name
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         return self.inner.agg(acc, value, fresh)
 
-    def agg_reversed(self, acc, value, fresh):
+    def agg_reversed(self, acc: Any, value: Any, fresh: bool) -> Any:
         return self.inner.agg_reversed(acc, value, fresh)
 
-    def absorb(self, acc, value, fresh):
+    def absorb(self, acc: Any, value: Any, fresh: bool) -> Any:
         return self.inner.absorb(acc, value, fresh)
 
-    def absorb_reversed(self, acc, value, fresh):
+    def absorb_reversed(self, acc: Any, value: Any, fresh: bool) -> Any:
         return self.inner.absorb_reversed(acc, value, fresh)
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         return acc
 
 
@@ -115,12 +115,12 @@ class Sum(FieldAgg):
     name = "sum"
     retractable = True
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None or value is None:
             return acc if value is None else value
         return _checked(self, _arith(acc, value, "+"))
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         if value is None:
             return acc
         if acc is None:
@@ -135,12 +135,12 @@ class Product(FieldAgg):
     name = "product"
     retractable = True
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None or value is None:
             return acc if value is None else value
         return _checked(self, _arith(acc, value, "*"))
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         if acc is None or value is None:
             return acc
         if isinstance(acc, float) or isinstance(value, float):
@@ -164,24 +164,24 @@ class Count(FieldAgg):
     name = "count"
     retractable = True
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if value is None:
             return acc
         return _checked(self, (acc or 0) + 1)
 
-    def agg_reversed(self, acc, value, fresh):
+    def agg_reversed(self, acc: Any, value: Any, fresh: bool) -> Any:
         return self.agg(acc, value, fresh)
 
-    def absorb(self, acc, value, fresh):
+    def absorb(self, acc: Any, value: Any, fresh: bool) -> Any:
         # The merged row carries a count, not one value to count.
         if value is None:
             return acc
         return _checked(self, (acc or 0) + value)
 
-    def absorb_reversed(self, acc, value, fresh):
+    def absorb_reversed(self, acc: Any, value: Any, fresh: bool) -> Any:
         return self.absorb(acc, value, fresh)
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         if value is None:
             return acc
         return _checked(self, (acc or 0) - 1)
@@ -190,7 +190,7 @@ class Count(FieldAgg):
 class Max(FieldAgg):
     name = "max"
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None or value is None:
             return acc if value is None else value
         return value if _less(acc, value) else acc
@@ -199,7 +199,7 @@ class Max(FieldAgg):
 class Min(FieldAgg):
     name = "min"
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None or value is None:
             return acc if value is None else value
         return acc if _less(acc, value) else value
@@ -209,10 +209,10 @@ class LastValue(FieldAgg):
     name = "last_value"
     retractable = True
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         return value
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         return None
 
 
@@ -220,10 +220,10 @@ class LastNonNullValue(FieldAgg):
     name = "last_non_null_value"
     retractable = True
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         return acc if value is None else value
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         return None if value is not None else acc
 
 
@@ -232,10 +232,10 @@ class FirstValue(FieldAgg):
 
     name = "first_value"
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         return value if fresh else acc
 
-    def agg_reversed(self, acc, value, fresh):
+    def agg_reversed(self, acc: Any, value: Any, fresh: bool) -> Any:
         # An older record's value is, by definition, the earlier one.
         return value
 
@@ -243,17 +243,17 @@ class FirstValue(FieldAgg):
 class FirstNonNullValue(FieldAgg):
     name = "first_non_null_value"
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         return value if acc is None else acc
 
-    def agg_reversed(self, acc, value, fresh):
+    def agg_reversed(self, acc: Any, value: Any, fresh: bool) -> Any:
         return acc if value is None else value
 
 
 class BoolAnd(FieldAgg):
     name = "bool_and"
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None or value is None:
             return acc if value is None else value
         return bool(acc) and bool(value)
@@ -262,7 +262,7 @@ class BoolAnd(FieldAgg):
 class BoolOr(FieldAgg):
     name = "bool_or"
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None or value is None:
             return acc if value is None else value
         return bool(acc) or bool(value)
@@ -283,7 +283,7 @@ class ListAgg(FieldAgg):
     def _split(self, text: str) -> list[str]:
         return text.split(self.delimiter) if self.delimiter else text.split()
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if value is None or str(value).strip() == "":
             return acc
         if acc is None or str(acc).strip() == "":
@@ -312,7 +312,7 @@ class Collect(FieldAgg):
         super().__init__(type_name)
         self.distinct = distinct
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None and value is None:
             return None
         if self.distinct:
@@ -326,7 +326,7 @@ class Collect(FieldAgg):
             return tuple(_as_list(acc if value is None else value, self.name))
         return tuple(_as_list(acc, self.name)) + tuple(_as_list(value, self.name))
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         if acc is None:
             return None
         if value is None:
@@ -345,7 +345,7 @@ class MergeMap(FieldAgg):
     name = "merge_map"
     retractable = True
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if acc is None and value is None:
             return None
         if acc is None or value is None:
@@ -354,7 +354,7 @@ class MergeMap(FieldAgg):
         merged.update(_as_map(value))
         return map_value(merged)
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         if acc is None:
             return None
         if value is None:
@@ -390,7 +390,7 @@ class NestedUpdate(FieldAgg):
             f"{row!r}: rows must be objects, or the column must be declared ARRAY<ROW<...>>"
         )
 
-    def agg(self, acc, value, fresh):
+    def agg(self, acc: Any, value: Any, fresh: bool) -> Any:
         if value is None:
             return acc
         if not self.nested_key:
@@ -403,7 +403,7 @@ class NestedUpdate(FieldAgg):
                     by_key[self._key(row)] = row
         return tuple(by_key.values())
 
-    def retract(self, acc, value):
+    def retract(self, acc: Any, value: Any) -> Any:
         if acc is None or value is None:
             return acc
         rows = [r for r in _as_list(acc, self.name) if r is not None]
