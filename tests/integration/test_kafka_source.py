@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming.datasource import ReadMaxRows
+from pyspark.sql.types import StructType
 
-from tidemark.spark.source import plan_limit, read_stream
+from tidemark.spark.source import KafkaStreamReader, plan_limit, read_stream
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +36,40 @@ def test_plan_limit_shares_the_budget_by_backlog_and_always_progresses():
     assert sum(spans.values()) == 11 and spans["2"] == 0 and spans["0"] > spans["1"] >= 1
     assert plan_limit(start, end, 1000) == end
     assert sum(plan_limit(start, end, 1)["t"][p] - start["t"][p] for p in end["t"]) == 1
+
+
+def test_a_backlog_of_full_batches_is_planned_without_asking_the_broker_again(kafka_bootstrap, make_topic):
+    """The reader alone, as Spark's driver calls it: while the end seen last still holds a
+    full batch, the next one is planned from it; below a full batch the broker is asked
+    again, and records produced meanwhile are planned."""
+    topic = make_topic(partitions=2)
+    produce(kafka_bootstrap, topic, 100, 2)
+    reader = KafkaStreamReader(StructType(), {"topics": topic, "bootstrap.servers": kafka_bootstrap})
+    asked: list[dict] = []
+    end_of = reader._end
+    reader._end = lambda start=None: asked.append(start) or end_of(start)
+    limit = ReadMaxRows(30)
+
+    def spans(start: dict) -> tuple[dict, int]:
+        end = reader.latestOffset(start, limit)
+        return end, sum(end[topic][p] - start.get(topic, {}).get(p, 0) for p in end[topic])
+
+    offset = reader.initialOffset()
+    planned = []
+    try:
+        for _ in range(4):
+            offset, n = spans(offset)
+            planned.append(n)
+        assert planned == [30, 30, 30, 10]
+        assert len(asked) == 2  # the first batch and the one that drains the backlog
+        produce(kafka_bootstrap, topic, 50, 2, start=100)
+        offset, n = spans(offset)
+        assert n == 30 and len(asked) == 3  # nothing left of the old end: asked again
+        offset, n = spans(offset)
+        assert n == 20 and len(asked) == 4
+        assert offset[topic] == {"0": 75, "1": 75}
+    finally:
+        reader.stop()
 
 
 def test_rate_limited_batches_and_a_restart_rereads_exactly_the_uncommitted_batch(

@@ -20,6 +20,8 @@ How it stays exactly-once on the read side:
   Apache Kafka does not.)
 - Rate limit: ``maxRecordsPerTrigger`` caps the offsets one micro-batch spans, split over
   partitions in proportion to their backlog, so a backlog becomes many bounded batches.
+  While the ends seen last still hold a full batch, the next batch is planned from them
+  without asking the broker again.
   ``Trigger.AvailableNow`` is supported (a fixed target, reached in rate-limited steps).
 - Bounded (``endingOffsets`` = ``latest``, a table's ``'scan.bounded.mode' =
   'latest-offset'``): the source never reads past the offsets that were latest when the
@@ -324,9 +326,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         pos = topic_offsets(start)
-        end = self._end(pos)
-        self._last_end = end
-        end = capped(end, self._target)  # Trigger.AvailableNow: never beyond the target
+        if not self._backlog_fills(pos, limit):
+            self._last_end = self._end(pos)
+        end = capped(self._last_end, self._target)  # Trigger.AvailableNow: never beyond the target
         # a partition never goes backwards (e.g. start already past a reported end)
         end = {t: {p: max(o, pos.get(t, {}).get(p, 0)) for p, o in parts.items()} for t, parts in end.items()}
         if self.bounded:
@@ -338,12 +340,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = plan_limit(pos, end, limit.max_rows)
         return end if self._stop is None else bounded_offset(start, end, self._stop)
 
+    def _backlog_fills(self, pos: Offsets, limit: ReadLimit) -> bool:
+        """Whether the end seen last still holds at least a full batch past ``pos``: then
+        the batch is the same whatever the partitions' ends are now, and asking the broker
+        (a fetch that waits at each partition's end) is skipped while a backlog drains.
+        Partitions created meanwhile are found once the backlog is below a batch."""
+        if self._last_end is None or not isinstance(limit, ReadMaxRows):
+            return False
+        backlog = sum(
+            max(0, o - pos.get(t, {}).get(p, 0)) for t, parts in self._last_end.items() for p, o in parts.items()
+        )
+        return backlog >= limit.max_rows
+
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
     def reportLatestOffset(self) -> Offsets | None:
-        """The end seen by the last ``latestOffset``, a bounded source's capped at its stop
-        (Spark reports lag with it: a bounded source has none left at its stop)."""
+        """The end the broker gave last (while a backlog of more than a batch drains, that
+        can be a few batches old), a bounded source's capped at its stop (Spark reports lag
+        with it: a bounded source has none left at its stop)."""
         return None if self._last_end is None else capped(self._last_end, self._stop)
 
     def prepareForTriggerAvailableNow(self) -> None:
