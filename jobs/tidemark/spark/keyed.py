@@ -26,7 +26,8 @@ query uses the same count. Stages run through the one driver loop
 (``tidemark.engine.driver.batch_stage``): a batch kernel as it is, any other stage per key
 behind its per-key adapter. The operator is ``transformWithStateInPandas`` (Spark 4.0+):
 the only kind that can be chained (Spark rejects two ``applyInPandasWithState`` in one
-query, and a pipeline has several keyed stages). ``operator="applyInPandasWithState"``
+query, and a pipeline has several keyed stages); its processor is
+``tidemark.spark.tws_processor``. ``operator="applyInPandasWithState"``
 stays available for a query with a single keyed stage and for the benchmark. Stages with
 ``wakeup_ms`` get one processing-time timer per bucket, at the earliest wakeup of its keys.
 Event-time stages (a window aggregate) keep the watermark in each bucket and get a tick
@@ -46,7 +47,6 @@ accumulator (``StageMetrics``) that the driver reads; only tasks that succeed co
 from __future__ import annotations
 
 import base64
-import itertools
 import pickle
 import re
 from collections import Counter
@@ -60,8 +60,9 @@ from tidemark.engine.driver import PerKeyAdapter, batch_stage
 from tidemark.engine.errors import TidemarkError
 from tidemark.engine.fusion import FusedStage
 from tidemark.engine.stage import BatchContext, KeyedStage, StatelessStage, uses_timers
-from tidemark.spark.event_clock import BucketClock, Watermarks, split_ticks, watermark_sources
+from tidemark.spark.event_clock import Watermarks, watermark_sources
 from tidemark.spark.partitioning import grouping_values
+from tidemark.spark.tws_processor import STATE_SCHEMA, stage_processor
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
 #: one row per task, destination bucket and stage input: an Arrow IPC ``ChangeBatch``
 BLOB_SCHEMA = "bucket int, input int, batch binary"
 BLOB_COLUMNS = ("bucket", "input", "batch")
-STATE_SCHEMA = "state binary"
 #: Spark sets this local property on every task of a micro-batch.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 OPERATORS = ("applyInPandasWithState", "transformWithStateInPandas")
@@ -188,7 +188,7 @@ def arrow_pairs(batches: Iterable[Any]) -> Iterator[tuple[int, bytes]]:
         yield from zip(b.column("input").to_pylist(), b.column("batch").to_pylist())
 
 
-def _pandas_pairs(frames: Iterable[pd.DataFrame]) -> Iterator[tuple[int, bytes]]:
+def pandas_pairs(frames: Iterable[pd.DataFrame]) -> Iterator[tuple[int, bytes]]:
     for pdf in frames:
         yield from zip(pdf["input"].tolist(), pdf["batch"].tolist())
 
@@ -500,7 +500,7 @@ class _Result(NamedTuple):
     new_wakeup: int | None  # the timer the new state needs
 
 
-def _frame(rows: list[tuple], columns: Sequence[str] = BLOB_COLUMNS) -> pd.DataFrame:
+def frame(rows: list[tuple], columns: Sequence[str] = BLOB_COLUMNS) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame.from_records(rows, columns=list(columns))
@@ -511,7 +511,7 @@ def _pandas_state_fn(runner: _BucketRunner):
 
     def fn(_bucket: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         old = state.get[0] if state.exists else None
-        res = runner.run(blobs_by_input(_pandas_pairs(pdfs), runner.stage.n_inputs), [old], state.getCurrentProcessingTimeMs())
+        res = runner.run(blobs_by_input(pandas_pairs(pdfs), runner.stage.n_inputs), [old], state.getCurrentProcessingTimeMs())
         stored = res.stored[0]
         if stored is None:
             if old is not None:
@@ -520,80 +520,9 @@ def _pandas_state_fn(runner: _BucketRunner):
             state.update((stored,))
         runner.report_stored(_bucket, res.stored)
         if res.rows:
-            yield _frame(res.rows, runner.columns)
+            yield frame(res.rows, runner.columns)
 
     return fn
-
-
-def _tws_processor(runner: _BucketRunner, timers: bool):
-    """A transformWithStateInPandas processor over state buckets: one value state per
-    bucket, read once and written at most once per batch (each is a JVM round trip). With
-    ``timers`` (stages that have ``wakeup_ms``) a bucket keeps one processing-time timer at
-    its keys' earliest wakeup time, moved only when that time changes. An event-time stage's
-    bucket keeps its watermarks in a second value state (``event_clock.BucketClock``). The
-    members of a fused stage (``tidemark.engine.fusion``) keep one value state each.
-
-    Pandas rather than pyspark's row-based ``transformWithState``: that one converts every
-    input cell with its own Arrow scalar and every output row through ``Row.asDict``;
-    pandas converts whole columns."""
-    from pyspark.sql.streaming import StatefulProcessor
-
-    n_inputs = runner.stage.n_inputs
-    clocked = bool(watermark_sources(runner.stage))
-    # a single stage's value state keeps the name it has always had: checkpoints stay readable
-    state_names = ["stage", *(f"stage{k}" for k in range(1, len(runner.members)))]
-
-    class StageProcessor(StatefulProcessor):
-        def init(self, handle):
-            self.handle = handle
-            self.states = [handle.getValueState(name, STATE_SCHEMA) for name in state_names]
-            self.clock = BucketClock(handle) if clocked else None
-
-        def _stored(self) -> list[bytes | None]:
-            return [bytes(got[0]) if got is not None else None for got in (s.get() for s in self.states)]
-
-        def _apply(self, key: tuple, old: list[bytes | None], res: _Result, fired: int | None = None):
-            runner.report_stored(key, res.stored)
-            for state, before, after in zip(self.states, old, res.stored):
-                if after is None:
-                    if before is not None:
-                        state.clear()
-                elif after != before:
-                    state.update((after,))
-            if timers and res.old_wakeup != res.new_wakeup:
-                # a fired timer is deleted by Spark after handleExpiredTimer
-                if res.old_wakeup is not None and res.old_wakeup != fired:
-                    self.handle.deleteTimer(res.old_wakeup)
-                if res.new_wakeup is not None:
-                    self.handle.registerTimer(res.new_wakeup)
-            if res.rows:
-                yield _frame(res.rows, runner.columns)
-
-        def handleInputRows(self, key, rows, timerValues):
-            old = self._stored()
-            first = next(rows)  # a group always has at least one frame
-            now = int(first["now_ms"].iloc[0])
-            pairs = _pandas_pairs(itertools.chain([first], rows))
-            marks = None
-            if self.clock is not None:
-                pairs, ticks = split_ticks(pairs)
-                marks = self.clock.tick(ticks)
-                if old == [None] and not pairs:  # only a tick, and no window open: nothing to fire
-                    return
-            blobs = blobs_by_input(pairs, n_inputs)
-            yield from self._apply(key, old, runner.run(blobs, old, now, marks))
-
-        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-            old = self._stored()
-            if old == [None]:
-                return
-            res = runner.run([[] for _ in range(n_inputs)], old, timerValues.getCurrentProcessingTimeInMs())
-            yield from self._apply(key, old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
-
-        def close(self):
-            pass
-
-    return StageProcessor()
 
 
 # ---------------------------------------------------------------------------- public API
@@ -710,7 +639,7 @@ def run_keyed_stage(
     df = df.withColumn("now_ms", F.unix_millis(F.current_timestamp()))
     grouped = df.select(*_GROUPED_COLUMNS).groupBy("bucket")
     return grouped.transformWithStateInPandas(
-        _tws_processor(runner, timers),
+        stage_processor(runner, timers),
         outputStructType=output,
         outputMode="Append",
         # "ProcessingTime" makes Spark run a no-data batch at every trigger forever (so
