@@ -39,6 +39,12 @@ def test_spark_forks_its_python_workers_from_the_preloading_daemon():
     assert session_conf("local[2]", 2)["spark.python.daemon.module"] == "tidemark.spark.worker_daemon"
 
 
+def test_a_cluster_keeps_pysparks_daemon_since_its_executors_get_tidemark_as_an_archive():
+    """The job's archive reaches a worker's path only after the daemon forked it, so a
+    daemon that imports Tidemark cannot start where Tidemark is not installed."""
+    assert "spark.python.daemon.module" not in session_conf("spark://127.0.0.1:7077", 2)
+
+
 def test_a_worker_forked_after_the_preload_runs_polars_and_pyarrow():
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

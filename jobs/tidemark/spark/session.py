@@ -35,6 +35,8 @@ CONF_ENV = "TIDEMARK_SPARK_CONF"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 MIN_JAVA = 17
+#: the Python worker daemon of a local master (``tidemark.spark.worker_daemon``)
+WORKER_DAEMON = "tidemark.spark.worker_daemon"
 #: Spark's default checkpoint file manager goes through Hadoop's FileContext, and Hadoop's
 #: local file system without its native library (pyspark ships none) starts a child
 #: process for each ``readlink`` a FileContext rename makes, and a micro-batch renames a
@@ -207,12 +209,15 @@ def session_conf(
         # Python workers import pyspark from site-packages (bytecode cached), not from
         # the pyspark.zip Spark puts first on their path: see worker_site/sitecustomize.py
         "spark.executorEnv.PYTHONPATH": str(Path(__file__).parent / "worker_site"),
-        # workers are forked with Tidemark's modules already imported: worker_daemon.py
-        "spark.python.daemon.module": "tidemark.spark.worker_daemon",
     }
     if master.startswith("local"):
         cores = re.match(r"local\[(\d+)", master)
         conf.update(local_python_workers(int(cores.group(1)) if cores else None))
+        # workers are forked with Tidemark's modules already imported (worker_daemon.py).
+        # Only where the executors are this process's machine and environment: a cluster's
+        # executors get Tidemark as the job's archive, which Spark puts on a worker's path
+        # after the daemon forked it, so a daemon there could not import the module.
+        conf["spark.python.daemon.module"] = WORKER_DAEMON
     conf.update(conf_from_env())
     conf.update(extra_conf or {})
     if conf.get(_SIMPLIFIED_TRACEBACK, "").lower() == "true":

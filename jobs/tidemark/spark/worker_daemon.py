@@ -1,5 +1,6 @@
 """pyspark's Python worker daemon, with the modules a Tidemark task needs imported before it
-forks any worker (``spark.python.daemon.module``, set by ``tidemark.spark.session``).
+forks any worker (``spark.python.daemon.module``, set by ``tidemark.spark.session`` for a local
+master; a cluster's executors keep pyspark's daemon, see there).
 
 Spark starts a Python worker by forking its daemon, and a worker forked from pyspark's own
 daemon imports pyarrow, pandas, polars, pyspark's worker and Tidemark's stages when it
