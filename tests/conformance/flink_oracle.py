@@ -118,6 +118,7 @@ _INSERT_RE = re.compile(r"^\s*INSERT\s+INTO\s+" + _IDENT, re.I)
 _SET_RE = re.compile(r"^\s*SET\s+'([^']+)'\s*=\s*'([^']*)'\s*$", re.I | re.S)
 #: statements run as written after the tables are created (Nexmark's q12 and q14 use them)
 _PASSTHROUGH_RE = re.compile(r"^\s*CREATE\s+(?:TEMPORARY\s+)?(?:VIEW|FUNCTION)\b", re.I)
+_PYTHON_FUNCTION_RE = re.compile(r"\bLANGUAGE\s+PYTHON\b", re.I)
 #: a computed column (``name AS expr``) in a column list: Flink computes it, the input has none
 _COMPUTED_RE = re.compile(r"[(,]\s*" + _IDENT + r"\s+AS\s", re.I)
 _CONFLICT_RE = re.compile(r"\bON\s+CONFLICT\s+DO\s+(NOTHING|ERROR|DEDUPLICATE)\b", re.I)
@@ -212,6 +213,7 @@ def parse_case_sql(sql: str) -> dict[str, Any]:
         "sinks": [name for name, _ in inserts],
         "inserts": [stmt for _, stmt in inserts],
         "statement_set": statement_set,
+        "python_functions": any(_PYTHON_FUNCTION_RE.search(stmt) for stmt in passthrough),
         # sources need watermarks when any INSERT's strategy does
         "strategy": next((s for s in ("NOTHING", "ERROR", "DEDUPLICATE") if s in strategies), None),
     }
@@ -357,8 +359,12 @@ class Oracle:
         self._db_counter = 0
         self.slots = slots
 
-    def _env(self, options: dict[str, str]):
-        key = tuple(sorted(options.items()))
+    def _env(self, options: dict[str, str], python_functions: bool):
+        """A table environment per set of options. A case that declares a Python function gets
+        environments of its own: once a Python function is registered, Flink's table
+        ``ResourceManager`` ships the flink-python jar (42 MB) with every later job of that
+        environment, through the cluster's REST upload and blob store."""
+        key = (python_functions, *sorted(options.items()))
         if key not in self._envs:
             t = self._table_env_cls.create(self._settings)
             conf = t.get_config()
@@ -385,7 +391,7 @@ class Oracle:
                "final": None, "changelog": []}
         try:
             parsed = parse_case_sql(case["sql"])
-            t = self._env({**parsed["sets"], **case.get("options", {})})
+            t = self._env({**parsed["sets"], **case.get("options", {})}, parsed["python_functions"])
             oracle_id = self._plan_case(t, case, parsed)
         except SpecError as e:
             res["error"] = f"spec: {e}"
