@@ -362,7 +362,7 @@ class Oracle:
     def _env(self, options: dict[str, str], python_functions: bool):
         """A table environment per set of options. A case that declares a Python function gets
         environments of its own: once a Python function is registered, Flink's table
-        ``ResourceManager`` ships the flink-python jar (42 MB) with every later job of that
+        ``ResourceManager`` ships the flink-python jar with every later job of that
         environment, through the cluster's REST upload and blob store."""
         key = (python_functions, *sorted(options.items()))
         if key not in self._envs:
