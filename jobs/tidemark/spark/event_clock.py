@@ -20,9 +20,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from pyspark.sql.types import BinaryType, StructField, StructType
+
 #: the ``input`` of a tick row (``BLOB_SCHEMA``): its ``batch`` is JSON ``{table: watermark ms}``
 TICK_INPUT = -1
-MARKS_SCHEMA = "watermarks binary"
+#: a type, not DDL text, for the reason ``tws_processor.STATE_SCHEMA`` gives
+MARKS_SCHEMA = StructType([StructField("watermarks", BinaryType())])
 
 #: a batch's watermarks per table, before and after its records
 Watermarks = tuple[dict[str, int], dict[str, int]]

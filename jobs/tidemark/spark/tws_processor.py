@@ -31,14 +31,17 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from tidemark.spark.event_clock import BucketClock, split_ticks, watermark_sources
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: each value state of a bucket: the stage's stored state (``tidemark.engine.state_codec``)
-STATE_SCHEMA = "state binary"
+#: each value state of a bucket: the stage's stored state (``tidemark.engine.state_codec``).
+#: A type, not its DDL text ("state binary"): pyspark sends DDL text to the JVM to be parsed,
+#: twice per ``getValueState``, each a blocking round trip in every task of every batch.
+STATE_SCHEMA = StructType([StructField("state", BinaryType())])
 
 
 class StageProcessor(StatefulProcessor):
