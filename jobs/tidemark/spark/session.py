@@ -201,9 +201,9 @@ def session_conf(
         # A laptop-sized default: pipelines are many small batches, not one big one.
         "spark.sql.adaptive.enabled": "false",
         # No Java generated at run time: the rows Spark itself evaluates are a few blobs per
-        # task, while generating the sorts' orderings and the projections' code took about
-        # half of a keyed task's Java time before its Python worker started, in every task
-        # of every batch (docs/benchmarks.md, "Spark's code generation off").
+        # task, while Spark generates the sorts' orderings and the projections' code again in
+        # every task of every batch, before the task's Python worker can start
+        # (docs/benchmarks.md, "Spark's code generation off").
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
         # C1 only (-XX:TieredStopAtLevel=1): the per-record work is in Python, and C2
