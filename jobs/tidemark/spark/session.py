@@ -206,9 +206,9 @@ def session_conf(
         # (docs/benchmarks.md, "Spark's code generation off").
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-        # C1 only (-XX:TieredStopAtLevel=1): the per-record work is in Python, and C2
-        # compiling each query's generated classes cost the JVM more CPU than its faster
-        # code saved (a W2 benchmark run: JVM CPU 43 s -> 25 s; docs/benchmarks.md).
+        # C1 only (-XX:TieredStopAtLevel=1): the per-record work is in Python, and C2's
+        # compiling cost the JVM more CPU than its faster code saved (docs/benchmarks.md,
+        # "Changelog checkpointing", measured, not kept).
         "spark.driver.extraJavaOptions": (
             f"-Dlog4j2.configurationFile=file:{_log_config(log_level)} -XX:TieredStopAtLevel=1"
         ),
