@@ -38,6 +38,18 @@ def from_arrow(rows: pa.Table, kinds: pa.Array | Sequence[str], positions: Seque
     return _assemble(rows.column_names, rows.columns, kinds, positions)
 
 
+def position_ranks(positions: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
+    """A dense rank per row of ``positions`` (its columns are a position's fields, null past
+    a shorter position's end), in the rows' order, that compares as the positions do: field by
+    field, nulls first, so a shorter position sorts first; and the distinct positions in rank
+    order (row ``r`` holds rank ``r``'s position). One multi-column sort and its runs: a
+    struct's rank is several times slower."""
+    ordered = positions.with_row_index("$row").sort(positions.columns, nulls_last=False)
+    runs = ordered.select(pl.struct(positions.columns).rle_id().cast(pl.Int64)).to_series()
+    ranks = pl.Series("$rank", [0] * positions.height, dtype=pl.Int64).scatter(ordered["$row"], runs)
+    return ranks, ordered.filter(runs.diff().fill_null(1) != 0).select(positions.columns)
+
+
 def weight_total(table: pa.Table) -> int:
     """Changes in a batch table: one per unit of weight."""
     return int(pc.sum(pc.abs(table.column(WEIGHT))).as_py() or 0)

@@ -67,9 +67,9 @@ class CurrentRowKernel(SinkTableKernel):
         if "dropped" not in current.columns:
             current = current.with_columns(pl.lit(0, pl.Int64).alias("dropped"))
         touched = ops.group_by(pk, maintain_order=True).agg(
-            pl.col(ARR).min().alias("$first"), *(pl.col(p).sort_by(OP).last() for p in pos)
+            pl.col(ARR).min().alias("$first"), *(pl.col(p).last() for p in pos)  # ops are in ``OP`` order
         )
-        walk = self._walk(ops.filter(survives_pair_cancelling(rows)), current, rows, pk, keys)
+        walk = self._walk(ops.filter(survives_pair_cancelling(ops, rows)), current, rows, pk, keys)
         lost = int(walk.select(pl.col("$lost").sum()).item() or 0)
         if lost:
             ctx.metrics["retractions_without_state"] += lost
@@ -231,13 +231,20 @@ class CurrentRowKernel(SinkTableKernel):
         return merged
 
 
-def survives_pair_cancelling(rows: list[str]) -> pl.Expr:
-    """Over a batch in the canonical order: per distinct row, ``k = min(adds, retractions)``
-    pairs cancel; the adds after the first ``k`` and the retractions before the last ``k``
-    survive (``materializer.consolidate``)."""
+def survives_pair_cancelling(frame: pl.DataFrame, rows: list[str]) -> pl.Series:
+    """Over a batch in the canonical order (``frame``, with ``$add``): per distinct row,
+    ``k = min(adds, retractions)`` pairs cancel; the adds after the first ``k`` and the
+    retractions before the last ``k`` survive (``materializer.consolidate``). A row's place
+    among its copies of the same sign is a window over each group, far costlier than the
+    counts: it is taken only for the rows that have pairs, usually a few."""
     add = pl.col(ADD)
-    n_add = add.sum().over(rows)
     n_ret = (~add).sum().over(rows)
-    k = pl.min_horizontal(n_add, n_ret)
-    rank = pl.int_range(pl.len()).over([*rows, ADD])
-    return pl.when(add).then(rank >= k).otherwise(rank < n_ret - k)
+    counts = frame.select(pl.min_horizontal(add.sum().over(rows), n_ret).alias("$k"), n_ret.alias("$n_ret"))
+    keep = pl.repeat(True, frame.height, dtype=pl.Boolean, eager=True).alias("$keep")
+    paired = (counts["$k"] > 0).arg_true()
+    if paired.len() == 0:
+        return keep
+    k, n_ret = pl.col("$k"), pl.col("$n_ret")
+    rank = pl.int_range(pl.len()).over([*rows, ADD])  # the group's rows are all in ``paired``, in order
+    kept = frame[paired].hstack(counts[paired]).select(pl.when(add).then(rank >= k).otherwise(rank < n_ret - k))
+    return keep.scatter(paired, kept.to_series())

@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from tidemark.engine import state_tables as T
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
+from tidemark.engine.batch_columns import position_ranks
 from tidemark.engine.kernels.sink_table import ADD as _ADD
 from tidemark.engine.kernels.sink_table import ARR as _ARR
 from tidemark.engine.kernels.sink_table import OP as _I
@@ -219,7 +220,7 @@ class DeduplicateKernel(SinkTableKernel):
         old_names = {c: f"$old{j}" for j, c in enumerate(rows)}
         new_names = {c: f"$new{j}" for j, c in enumerate(rows)}
         touched = ops.group_by(pk, maintain_order=True).agg(
-            pl.col(_ARR).min().alias("$first"), *(pl.col(p).sort_by(_I).last() for p in pos)
+            pl.col(_ARR).min().alias("$first"), *(pl.col(p).last() for p in pos)  # ops are in ``_I`` order
         )
         old = nodes.sort(_SIDX).group_by(pk).agg(*(pl.col(c).last().alias(old_names[c]) for c in rows), pl.lit(True).alias("$had"))
         new = final.group_by(pk).agg(*(pl.col(c).last().alias(new_names[c]) for c in rows), pl.lit(True).alias("$has"))
@@ -289,7 +290,7 @@ def _ranked(ops: pl.DataFrame, nodes: pl.DataFrame, depth: int) -> tuple[pl.Data
     ops = ops.with_columns(pl.lit(None, pl.Int64).alias(c) for c in cols if c not in ops.columns)
     padded_ops = ops.select(pl.col(c).cast(pl.Int64) for c in cols)
     padded_nodes = nodes.select(pl.col("pos").list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(cols))
-    ranks = pl.concat([padded_ops, padded_nodes]).select(pl.struct(cols).rank("dense").cast(pl.Int64)).to_series()
+    ranks, _ = position_ranks(pl.concat([padded_ops, padded_nodes]))
     as_list = pl.concat_list(padded_ops.get_columns())
     if any(c.null_count() for c in padded_ops.get_columns()):  # positions of several lengths
         as_list = as_list.list.drop_nulls()

@@ -57,7 +57,7 @@ import pyarrow as pa
 
 from tidemark.engine.arrow_types import python_values
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import pos_columns
+from tidemark.engine.batch_columns import pos_columns, position_ranks
 from tidemark.engine.driver import Bucket
 from tidemark.engine.planner.rewrite import unique_names
 from tidemark.engine.stage import BatchContext
@@ -552,18 +552,12 @@ def _position_ranks(frames: list[pl.DataFrame], pos: list[str]) -> tuple[list[pl
     positions do (field by field, nulls first: a shorter position sorts first); and the
     positions by rank (row ``$p`` of the second frame is that rank's position)."""
     allpos = pl.concat([f.select(pos) for f in frames])
-    # a dense rank by one multi-column sort and its runs (a struct's rank is far slower)
-    ordered = (
-        allpos.with_row_index("$row")
-        .sort(pos, nulls_last=False)
-        .with_columns(pl.struct(pos).rle_id().cast(pl.Int64).alias(_P))
-    )
-    ranks = ordered.select(pl.col(_P).sort_by("$row")).to_series()
+    ranks, by_rank = position_ranks(allpos)
+    ranks = ranks.alias(_P)
     ranked, offset = [], 0
     for f in frames:
         ranked.append(f.drop(pos).with_columns(ranks.slice(offset, f.height)))
         offset += f.height
-    by_rank = ordered.unique(_P, keep="first", maintain_order=True).select(pos)
     return ranked, by_rank
 
 

@@ -168,7 +168,7 @@ class MaterializerKernel:
         df = pl.from_arrow(sorted_table(table)).with_columns((pl.col(WEIGHT) > 0).alias(_ADD))
         rows = [c for c in table.column_names if not c.startswith("$")]
         pk = [rows[j] for j in self.stage.pk]
-        keep = pl.lit(True) if self.stage.strategy == "DEDUPLICATE" else survives_pair_cancelling(rows)
+        keep = pl.lit(True) if self.stage.strategy == "DEDUPLICATE" else pl.lit(survives_pair_cancelling(df, rows))
         df = df.select(pl.col(_I).min().over(pk).alias(_KEY), _I, _ADD, keep.alias(_KEEP))
         keys = df.group_by(_KEY).agg(pl.col(_I).last().alias(_LAST), pl.col(_KEEP).sum().alias(_N)).sort(_KEY)
         return keys, df.filter(pl.col(_KEEP)).sort(_KEY, maintain_order=True)
