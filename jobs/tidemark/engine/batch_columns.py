@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +49,22 @@ def position_ranks(positions: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     runs = ordered.select(pl.struct(positions.columns).rle_id().cast(pl.Int64)).to_series()
     ranks = pl.Series("$rank", [0] * positions.height, dtype=pl.Int64).scatter(ordered["$row"], runs)
     return ranks, ordered.filter(runs.diff().fill_null(1) != 0).select(positions.columns)
+
+
+def positions_as_lists(positions: pl.DataFrame) -> pl.Series:
+    """Each row of ``positions`` (a position's fields, null past a shorter position's end) as
+    one list of its fields: the form a stored position takes. Built from the columns' buffers:
+    polars' ``concat_list`` costs about twenty times as much."""
+    columns = positions.get_columns()
+    values = np.stack([c.fill_null(0).to_numpy() for c in columns], axis=1)
+    if any(c.null_count() for c in columns):
+        present = np.stack([c.is_not_null().to_numpy() for c in columns], axis=1)
+        values, counts = values[present], present.sum(axis=1)
+    else:
+        values, counts = values.ravel(), np.full(positions.height, len(columns))
+    offsets = np.zeros(positions.height + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pl.Series(pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64())))
 
 
 def weight_total(table: pa.Table) -> int:

@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from tidemark.engine import state_tables as T
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import position_ranks
+from tidemark.engine.batch_columns import position_ranks, positions_as_lists
 from tidemark.engine.kernels.sink_table import ADD as _ADD
 from tidemark.engine.kernels.sink_table import ARR as _ARR
 from tidemark.engine.kernels.sink_table import OP as _I
@@ -85,12 +85,14 @@ class DeduplicateKernel(SinkTableKernel):
         nodes = self._stored_nodes(stored, rows, ops.select(pk).unique())
         depth = max([_depth(ops), _list_depth(nodes, "pos")])
         eager_ops, eager_nodes = _ranked(ops, nodes, depth)
-        # from here on lazy plans, collected twice (``_queues``, then below): each eager polars
-        # call has a fixed cost, which a bucket's call would otherwise pay some thirty times.
+        # from here on lazy plans, collected a few times (below, ``_queues``, then below): each
+        # eager polars call has a fixed cost, which a call would otherwise pay some thirty times.
         # One integer per identity the batch touches (null on a stored row it does not touch):
         ids = eager_ops.select(keys).unique(maintain_order=True).with_row_index(_GID).lazy()
         ops = eager_ops.lazy().join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
         nodes = eager_nodes.lazy().join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
+        # both plans below start from these two joins: computed once, not once per collect
+        ops, nodes = (frame.lazy() for frame in pl.collect_all([ops, nodes]))
         touched = nodes.filter(pl.col(_GID).is_not_null())
         n_stored = stored.num_rows if stored is not None else 0
         if self.stage.upsert_key is None:
@@ -135,14 +137,14 @@ class DeduplicateKernel(SinkTableKernel):
         """No upsert key: each touched identity's final row, if it keeps a copy (module
         docstring), and the lost retractions (a frame of one value). ``touched``: the stored
         rows of the touched identities."""
-        stored = touched.select(
-            _GID, _PR0, _SIDX,
-            pl.col(_COPIES).list.len().fill_null(1).alias(_C0),
-            pl.col(_PL).alias(_PL0),
-            pl.coalesce(pl.col(_COPIES), pl.col(_PL).repeat_by(1)).alias("$stored_copies"),
-        )  # fmt: skip
+        # the list columns stay out of the walk's join and sort (gathering lists costs far
+        # more than gathering integers): joined back per identity after the group-by
+        stored = touched.select(_GID, _PR0, _SIDX, pl.col(_COPIES).list.len().fill_null(1).alias(_C0))
+        stored_lists = touched.select(
+            _GID, pl.col(_PL).alias(_PL0), pl.coalesce(pl.col(_COPIES), pl.col(_PL).repeat_by(1)).alias("$stored_copies")
+        )
         add = pl.col(_ADD)
-        walk = ops.join(stored, on=_GID, how="left").sort(_GID, _I)
+        walk = ops.drop(_PL).join(stored, on=_GID, how="left").sort(_GID, _I)
         walk = walk.with_columns(pl.col(_C0).fill_null(0), _segment_start())
         walk = walk.with_columns(_running_count(pl.when(add).then(pl.lit(1, pl.Int64)).otherwise(pl.lit(-1, pl.Int64))).alias("$s"))
         walk = walk.with_columns(pl.min_horizontal(pl.lit(0), _segment_cum_min(pl.col("$s"))).alias("$low"))
@@ -161,29 +163,35 @@ class DeduplicateKernel(SinkTableKernel):
             (-pl.col("$low").min()).alias("$lost"),
             pl.col(_I).filter(linked & raised).first().alias("$linked"),
             pl.col(_PR).filter(add).last().alias("$pr_new"),
-            pl.col(_PL).filter(add).last().alias("$pl_new"),
-            pl.col(_SIDX).first(), pl.col(_PR0).first(), pl.col(_PL0).first(),
-            pl.col("$stored_copies").first(),
+            pl.col(_I).filter(add).last().alias("$i_new"),
+            pl.col(_SIDX).first(), pl.col(_PR0).first(),
         )  # fmt: skip
         lost = per_id.select(pl.col("$lost").sum())
-        live = per_id.filter(pl.col("$c") > 0).select(
-            *rows, _GID, "$c", "$stored_copies",
-            pl.coalesce("$pr_new", _PR0).alias(_PR),
-            pl.coalesce("$pl_new", _PL0).alias(_PL),  # the newest copy: the last add, else the stored newest
-            pl.lit(None).cast(pl.List(pl.List(pl.Int64))).alias(_COPIES),
-            pl.coalesce(pl.col("$linked") + n_stored, _SIDX).alias(_SEQ),
-        )
+        live = (
+            per_id.filter(pl.col("$c") > 0)
+            .join(stored_lists, on=_GID, how="left", maintain_order="left")
+            .join(ops.select(pl.col(_I).alias("$i_new"), pl.col(_PL).alias("$pl_new")), on="$i_new", how="left",
+                  maintain_order="left")
+            .select(
+                *rows, _GID, "$c", "$stored_copies",
+                pl.coalesce("$pr_new", _PR0).alias(_PR),
+                pl.coalesce("$pl_new", _PL0).alias(_PL),  # the newest copy: the last add, else the stored newest
+                pl.lit(None).cast(pl.List(pl.List(pl.Int64))).alias(_COPIES),
+                pl.coalesce(pl.col("$linked") + n_stored, _SIDX).alias(_SEQ),
+            )
+        )  # fmt: skip
         live, lost = pl.collect_all([live, lost])
-        return self._with_copies(live, walk).lazy(), lost.lazy()
+        return self._with_copies(live, ops).lazy(), lost.lazy()
 
     @staticmethod
-    def _with_copies(live: pl.DataFrame, walk: pl.LazyFrame) -> pl.DataFrame:
+    def _with_copies(live: pl.DataFrame, ops: pl.LazyFrame) -> pl.DataFrame:
         """Identities left with several identical copies: the last ``$c`` of (stored copies ++
-        the batch's adds); rare, so computed only when there are some."""
+        the batch's adds, which ``ops`` holds in order); rare, so computed only when there are
+        some."""
         several = live.filter(pl.col("$c") > 1)
         if several.height == 0:
             return live
-        adds = walk.filter(pl.col(_ADD)).join(several.lazy().select(_GID), on=_GID, how="semi").group_by(_GID).agg(
+        adds = ops.filter(pl.col(_ADD)).join(several.lazy().select(_GID), on=_GID, how="semi").group_by(_GID).agg(
             pl.col(_PL).alias("$adds")
         ).collect()
         none = pl.lit([], pl.List(pl.List(pl.Int64)))
@@ -291,9 +299,7 @@ def _ranked(ops: pl.DataFrame, nodes: pl.DataFrame, depth: int) -> tuple[pl.Data
     padded_ops = ops.select(pl.col(c).cast(pl.Int64) for c in cols)
     padded_nodes = nodes.select(pl.col("pos").list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(cols))
     ranks, _ = position_ranks(pl.concat([padded_ops, padded_nodes]))
-    as_list = pl.concat_list(padded_ops.get_columns())
-    if any(c.null_count() for c in padded_ops.get_columns()):  # positions of several lengths
-        as_list = as_list.list.drop_nulls()
+    as_list = positions_as_lists(padded_ops)
     ops = ops.with_columns(ranks.slice(0, ops.height).alias(_PR), as_list.alias(_PL))
     nodes = nodes.with_columns(ranks.slice(ops.height, nodes.height).alias(_PR0), pl.col("pos").alias(_PL))
     return ops, nodes
