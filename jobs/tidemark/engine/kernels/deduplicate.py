@@ -85,8 +85,8 @@ class DeduplicateKernel(SinkTableKernel):
         nodes = self._stored_nodes(stored, rows, ops.select(pk).unique())
         depth = max([_depth(ops), _list_depth(nodes, "pos")])
         eager_ops, eager_nodes = _ranked(ops, nodes, depth)
-        # from here on lazy plans, collected a few times (below, ``_queues``, then below): each
-        # eager polars call has a fixed cost, which a call would otherwise pay some thirty times.
+        # from here on lazy plans, collected three times (the identities, ``_queues``, the
+        # results): each eager polars call has a fixed cost, paid some thirty times otherwise.
         # One integer per identity the batch touches (null on a stored row it does not touch):
         ids = eager_ops.select(keys).unique(maintain_order=True).with_row_index(_GID).lazy()
         ops = eager_ops.lazy().join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")
