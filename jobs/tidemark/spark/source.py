@@ -71,6 +71,13 @@ SCHEMA = "topic string, partition int, offset bigint, timestamp timestamp, key b
 #: a task that sees no progress for this long fails (naming its range) instead of hanging
 STALL_TIMEOUT_S = 120.0
 ARROW_BATCH_ROWS = 10_000
+#: bytes a fetch asks for. A consumer reads one partition, and Apache Kafka hands it at most
+#: ``max.partition.fetch.bytes`` (1 MiB) a fetch; brokers that cap a response by the whole
+#: fetch's 50 MiB instead (the embedded Tansu) had librdkafka parse the partition far past a
+#: range before its first record was returned (docs/benchmarks.md, "The source's fetches")
+FETCH_MAX_BYTES = 1_048_576
+#: librdkafka's own bound on the records a consumer queues ahead of its reader
+QUEUED_MIN_MESSAGES_MAX = 100_000
 
 Offsets = dict[str, dict[str, int]]
 #: a bounded source's offset keys beside its topics (never a topic name: Kafka allows only
@@ -94,10 +101,13 @@ def consumer_config(options: dict[str, str]) -> dict[str, Any]:
     bootstrap = options.get("bootstrap.servers") or options.get("kafka.bootstrap.servers")
     if not bootstrap:
         raise KafkaSourceError("the tidemark-kafka source needs the 'bootstrap.servers' option")
-    # pass-through of librdkafka settings (``client_options``) first: the settings below are
-    # what the source's exactly-once reading depends on
-    conf: dict[str, Any] = {key[len("kafka."):]: value for key, value in options.items()
-                            if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
+    # the fetch size, then the pass-through of librdkafka settings (``client_options``,
+    # which may change it), then what the source's exactly-once reading depends on
+    passed = {key[len("kafka."):]: value for key, value in options.items()
+              if key.startswith("kafka.") and key != "kafka.bootstrap.servers"}
+    # librdkafka refuses a fetch smaller than the largest message a client setting allows
+    sizes = [int(passed[k]) for k in ("message.max.bytes", "max.partition.fetch.bytes") if k in passed]
+    conf: dict[str, Any] = {"fetch.max.bytes": max([FETCH_MAX_BYTES, *sizes]), **passed}
     conf |= {
         "bootstrap.servers": bootstrap,
         "group.id": options.get("group.id", "tidemark-source"),  # required, never committed
@@ -451,13 +461,23 @@ def read_range(
             yield topic, partition, m.offset(), ts if ts_type and ts >= 0 else None, m.key(), m.value()
 
 
+def range_consumer_config(conf: dict[str, Any], records: int) -> dict[str, Any]:
+    """``conf`` for a consumer that reads ``records`` offsets and closes: it queues no more
+    than the range ahead of its reader (librdkafka's default, 100,000 records, fetches and
+    parses past a range's end while the range is being read), unless a client setting says
+    otherwise."""
+    if "queued.min.messages" in conf:
+        return conf
+    return {**conf, "queued.min.messages": min(max(records, 1), QUEUED_MIN_MESSAGES_MAX)}
+
+
 def read_chunks(
     conf: dict[str, Any], topic: str, partition: int, start: int, end: int, stall_timeout_s: float = STALL_TIMEOUT_S
 ) -> Iterator[list[Any]]:
     """``read_range``'s records as the consumer's messages, a list per fetch."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer(conf)
+    consumer = Consumer(range_consumer_config(conf, end - start))
     try:
         tp = TopicPartition(topic, partition, start)
         consumer.assign([tp])
