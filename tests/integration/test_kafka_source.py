@@ -10,7 +10,15 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.types import StructType
 
-from tidemark.spark.source import KafkaStreamReader, plan_limit, read_stream
+from tidemark.spark.source import (
+    FETCH_MAX_BYTES,
+    KafkaStreamReader,
+    consumer_config,
+    plan_limit,
+    range_consumer_config,
+    read_range,
+    read_stream,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +44,38 @@ def test_plan_limit_shares_the_budget_by_backlog_and_always_progresses():
     assert sum(spans.values()) == 11 and spans["2"] == 0 and spans["0"] > spans["1"] >= 1
     assert plan_limit(start, end, 1000) == end
     assert sum(plan_limit(start, end, 1)["t"][p] - start["t"][p] for p in end["t"]) == 1
+
+
+def test_a_fetch_is_bounded_unless_a_client_setting_needs_more():
+    options = {"bootstrap.servers": "b:9092"}
+    assert consumer_config(options)["fetch.max.bytes"] == FETCH_MAX_BYTES
+    # librdkafka refuses a consumer whose fetch is smaller than its largest message
+    bigger = consumer_config({**options, "kafka.message.max.bytes": "5000000"})
+    assert bigger["fetch.max.bytes"] == 5_000_000 and bigger["message.max.bytes"] == "5000000"
+    assert consumer_config({**options, "kafka.fetch.max.bytes": "2097152"})["fetch.max.bytes"] == "2097152"
+
+
+def test_a_range_consumer_queues_no_more_than_its_range():
+    conf = consumer_config({"bootstrap.servers": "b:9092"})
+    assert range_consumer_config(conf, 22_000)["queued.min.messages"] == 22_000
+    assert range_consumer_config(conf, 10**8)["queued.min.messages"] == 100_000  # librdkafka's default
+    assert range_consumer_config(conf, 0)["queued.min.messages"] == 1
+    mine = {**conf, "queued.min.messages": 7}
+    assert range_consumer_config(mine, 22_000)["queued.min.messages"] == 7
+
+
+@pytest.mark.parametrize("client", [{}, {"kafka.message.max.bytes": "5000000"}])
+def test_a_range_in_the_middle_of_a_partition_is_read_exactly(kafka_bootstrap, make_topic, client):
+    """Records on both sides of the range, fetches smaller than the range: every record of
+    the range once, in offset order, and none outside it."""
+    topic = make_topic()
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "batch.size": 16_384})
+    for i in range(30_000):
+        p.produce(topic, value=b"x" * 60 + str(i).encode(), partition=0)
+    p.flush()
+    conf = consumer_config({"bootstrap.servers": kafka_bootstrap, **client})
+    offsets = [record[2] for record in read_range(conf, topic, 0, 5_000, 25_000)]
+    assert offsets == list(range(5_000, 25_000))
 
 
 def test_a_backlog_of_full_batches_is_planned_without_asking_the_broker_again(kafka_bootstrap, make_topic):
