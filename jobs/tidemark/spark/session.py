@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
+from tidemark.spark.local_file_system import local_file_system_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -226,6 +227,8 @@ def session_conf(
         conf["spark.python.daemon.module"] = WORKER_DAEMON
     conf.update(conf_from_env())
     conf.update(extra_conf or {})
+    if master.startswith("local"):
+        conf.update(local_file_system_conf(conf))
     if conf.get(_SIMPLIFIED_TRACEBACK, "").lower() == "true":
         conf.setdefault("spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK", "1")
     return conf
