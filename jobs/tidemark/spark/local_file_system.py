@@ -3,8 +3,8 @@
 Without Hadoop's native library, which pyspark does not ship, Hadoop's local file system sets
 the permission of every file and directory it creates by starting ``chmod``, and a streaming
 checkpoint creates several in every micro-batch (the offset and commit logs, each state
-store's changelog, each with its checksum file): about twenty processes a batch for a
-two-stage job, started by a JVM of several hundred MB, some on the driver between batches.
+store's changelog, each with its checksum file): each a process started by a JVM of several
+hundred MB, some on the driver between batches.
 ``tidemark.hadoop.NioLocalFileSystem`` (Java, beside this module) sets them with java.nio.
 
 The classes are compiled once per machine with the JDK's ``javac`` against pyspark's Hadoop
