@@ -42,11 +42,12 @@ def _hadoop_api_jar() -> Path | None:
     return jars[-1] if jars else None
 
 
-def _javac() -> str | None:
+def jdk_tool(name: str) -> str | None:
+    """``name`` (``java``, ``javac``) from ``$JAVA_HOME/bin``, else from PATH."""
     java_home = os.environ.get("JAVA_HOME")
-    if java_home and os.access(os.path.join(java_home, "bin", "javac"), os.X_OK):
-        return os.path.join(java_home, "bin", "javac")
-    return shutil.which("javac")
+    if java_home and os.access(os.path.join(java_home, "bin", name), os.X_OK):
+        return os.path.join(java_home, "bin", name)
+    return shutil.which(name)
 
 
 def cache_dir() -> Path:
@@ -56,7 +57,7 @@ def cache_dir() -> Path:
 def local_file_system_jar(cache: Path | None = None) -> Path:
     """The compiled classes' jar (built on the first call on a machine); raises
     ``RuntimeError`` naming what is missing or what ``javac`` said."""
-    hadoop, javac = _hadoop_api_jar(), _javac()
+    hadoop, javac = _hadoop_api_jar(), jdk_tool("javac")
     if hadoop is None:
         raise RuntimeError("pyspark's Hadoop jar (hadoop-client-api-*.jar) was not found")
     if javac is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
-from tidemark.spark.local_file_system import local_file_system_conf
+from tidemark.spark.local_file_system import jdk_tool, local_file_system_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,15 +75,6 @@ class JavaMissingError(TidemarkError):
     exit_status = 4
 
 
-def _java_binary() -> str | None:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = os.path.join(java_home, "bin", "java")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return shutil.which("java")
-
-
 def parse_java_major(version_output: str) -> int | None:
     """The major version from ``java -version`` output (``"1.8.0_392"`` -> 8,
     ``"17.0.15"`` -> 17), or None when the text has no version string."""
@@ -104,7 +94,7 @@ def check_java(min_major: int = MIN_JAVA) -> int:
         f"(e.g. `apt-get install openjdk-{min_major}-jre-headless`) and put `java` on PATH "
         "or set JAVA_HOME"
     )
-    java = _java_binary()
+    java = jdk_tool("java")
     if java is None:
         raise JavaMissingError(f"no `java` found on PATH or in JAVA_HOME. {hint}")
     try:
