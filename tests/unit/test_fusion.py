@@ -130,3 +130,16 @@ def test_a_checkpoint_of_the_unfused_plan_is_refused_naming_the_operators():
         "operator with [1] aggregate (state is kept per operator)",
     ]
     assert incompatibilities(new, new) == []
+
+
+def test_a_checkpoint_that_kept_a_value_state_per_member_is_refused_naming_both_layouts():
+    """An operator's state store cannot be read in another layout: refused before Spark reads it."""
+    new = fingerprint(compile_sql(INVENTORY))
+    old = json.loads(json.dumps(new))
+    for stage in old["stateful"]:
+        stage.pop("fused_state_layout", None)  # recorded before layouts were: a value state per member
+    assert incompatibilities(old, new) == [
+        f"stage {name}: the checkpoint keeps its operator's state as a value state per member (layout 1), "
+        "this version as one value state with a field per member (layout 2)"
+        for name in ("[1] aggregate", "[3] join")
+    ]

@@ -38,6 +38,16 @@ def test_every_python_function_gets_the_simplified_traceback_variable_so_workers
     assert env_key not in session_conf("local[2]", 2)  # UDFs then do not set it either
 
 
+def test_polars_in_a_python_worker_gets_the_cores_of_one_task_unless_set(monkeypatch):
+    """Spark runs one task per core; a pool the machine's size in each worker oversubscribes it."""
+    key = "spark.executorEnv.POLARS_MAX_THREADS"
+    monkeypatch.delenv(CONF_ENV, raising=False)
+    assert session_conf("local[*]", 2)[key] == "1"
+    assert session_conf("spark://master:7077", 2, extra_conf={"spark.task.cpus": "4"})[key] == "4"
+    monkeypatch.setenv(CONF_ENV, f'{{"{key}": 3}}')
+    assert session_conf("local[*]", 2)[key] == "3"
+
+
 def test_the_environment_overrides_the_defaults_and_the_caller_overrides_both(monkeypatch):
     monkeypatch.setenv(CONF_ENV, '{"spark.python.factory.idleWorkerMaxPoolSize": 8, "spark.driver.memory": "2g", "spark.ui.enabled": true}')
     conf = session_conf("local[2]", 2, extra_conf={"spark.driver.memory": "3g"})

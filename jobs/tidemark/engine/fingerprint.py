@@ -7,7 +7,8 @@ the same topics in the same order and every keyed stage is the same stage: same 
 same inputs (columns, types, changelog modes), same output columns and types, same
 configuration (keys, aggregates, join condition, conflict strategy, merge engine options),
 run in the same operator (``fused_with``: two keyed stages on one key share one,
-``tidemark.engine.fusion``) and same state format (``state_format``: a stage's state kind and version, so a checkpoint
+``tidemark.engine.fusion``, whose members' states are kept in the same layout,
+``fused_state_layout``) and same state format (``state_format``: a stage's state kind and version, so a checkpoint
 written by a version that stored the stage differently is refused before the query starts,
 naming both formats; a record from before formats were recorded held pickled state). Everything else is stateless
 and may change: filters and projections that leave a keyed stage's inputs as they were,
@@ -28,7 +29,7 @@ from typing import Any
 from tidemark.engine import state_codec
 from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
-from tidemark.engine.fusion import fused_pairs
+from tidemark.engine.fusion import FUSED_STATE_LAYOUT, FUSED_STATE_LAYOUTS, fused_pairs
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.planner import Node
 
@@ -64,6 +65,7 @@ def _stateful_stage(pipeline: Pipeline, node: Node, fused_with: dict[int, int]) 
     if node.id in fused_with:
         other = pipeline.node(fused_with[node.id])
         entry["fused_with"] = f"[{other.id}] {other.kind}"
+        entry["fused_state_layout"] = FUSED_STATE_LAYOUT
     return entry
 
 
@@ -104,6 +106,10 @@ def incompatibilities(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if before.get("fused_with") != after.get("fused_with"):
             reasons.append(f"stage {after['stage']}: the checkpoint ran it in {_operator(before)}, "
                            f"this version runs it in {_operator(after)} (state is kept per operator)")
+        elif after.get("fused_with") and before.get("fused_state_layout", 1) != after["fused_state_layout"]:
+            reasons.append(f"stage {after['stage']}: the checkpoint keeps its operator's state as "
+                           f"{_layout(before.get('fused_state_layout', 1))}, this version as "
+                           f"{_layout(after['fused_state_layout'])}")
         old_format = before.get("state_format", _UNRECORDED_FORMAT)
         if old_format != after["state_format"]:
             reasons.append(
@@ -116,6 +122,10 @@ def incompatibilities(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def _operator(stage: dict[str, Any]) -> str:
     partner = stage.get("fused_with")
     return f"one operator with {partner}" if partner else "an operator of its own"
+
+
+def _layout(number: int) -> str:
+    return f"{FUSED_STATE_LAYOUTS.get(number, 'an unknown layout')} (layout {number})"
 
 
 def _kinds(stages: list[dict[str, Any]]) -> str:

@@ -20,6 +20,7 @@ no state of its own to share a bucket with).
 
 Which stages fuse is part of a checkpoint's fingerprint (``tidemark.engine.fingerprint``):
 a host keeps one state store per operator, so a plan that fuses differently cannot read it.
+So is how the operator keeps its members' states (``FUSED_STATE_LAYOUTS``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from tidemark.engine.stage import KeyedStage, uses_timers
 
 if TYPE_CHECKING:
     from tidemark.engine.pipeline import Pipeline
+
+#: how a host keeps the states of a fused operator's members in a bucket, by layout number;
+#: a checkpoint records the layout it was written with (a record without one: layout 1)
+FUSED_STATE_LAYOUTS = {1: "a value state per member", 2: "one value state with a field per member"}
+FUSED_STATE_LAYOUT = 2
 
 
 def output_key_columns(stage: Any) -> tuple[int, ...] | None:

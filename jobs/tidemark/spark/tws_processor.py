@@ -16,7 +16,9 @@ round trip). With ``timers`` (stages that have ``wakeup_ms``) a bucket keeps one
 processing-time timer at its keys' earliest wakeup time, moved only when that time changes.
 An event-time stage's bucket keeps its watermarks in a second value state
 (``event_clock.BucketClock``). The members of a fused stage (``tidemark.engine.fusion``)
-keep one value state each.
+share the one value state, a field each (``state_schema``): each value state costs a
+``getValueState`` in every task, and a get and an update in every bucket call, all JVM
+round trips, whatever the size of what they carry.
 
 Pandas rather than pyspark's row-based ``transformWithState``: that one converts every
 input cell with its own Arrow scalar and every output row through ``Row.asDict``; pandas
@@ -42,6 +44,16 @@ if TYPE_CHECKING:
 #: A type, not its DDL text ("state binary"): pyspark sends DDL text to the JVM to be parsed,
 #: twice per ``getValueState``, each a blocking round trip in every task of every batch.
 STATE_SCHEMA = StructType([StructField("state", BinaryType())])
+#: the name of a bucket's value state
+STATE_NAME = "stage"
+
+
+def state_schema(members: int) -> StructType:
+    """The value state of an operator of ``members`` stages: a stored state per member, the
+    first under the field a single stage's state has always had; a member with no state
+    stored holds null."""
+    extra = [StructField(f"state{k}", BinaryType()) for k in range(1, members)]
+    return StructType([*STATE_SCHEMA.fields, *extra]) if extra else STATE_SCHEMA
 
 
 class StageProcessor(StatefulProcessor):
@@ -49,11 +61,10 @@ class StageProcessor(StatefulProcessor):
 
     def __init__(self, runner: bytes, members: int, n_inputs: int, timers: bool, clocked: bool) -> None:
         """``runner``: the pickled ``tidemark.spark.keyed._BucketRunner``; ``members``: its
-        stages (one value state each); ``clocked``: an event-time stage."""
+        stages (a field each of the value state); ``clocked``: an event-time stage."""
         self._pickled_runner = runner
         self._runner: Any = None
-        # a single stage's value state keeps the name it has always had: checkpoints stay readable
-        self.state_names = ["stage", *(f"stage{k}" for k in range(1, members))]
+        self.members = members
         self.n_inputs = n_inputs
         self.timers = timers
         self.clocked = clocked
@@ -66,23 +77,25 @@ class StageProcessor(StatefulProcessor):
 
     def init(self, handle: Any) -> None:
         self.handle = handle
-        self.states = [handle.getValueState(name, STATE_SCHEMA) for name in self.state_names]
+        self.state = handle.getValueState(STATE_NAME, state_schema(self.members))
         self.clock = BucketClock(handle) if self.clocked else None
 
     def _stored(self) -> list[bytes | None]:
-        return [bytes(got[0]) if got is not None else None for got in (s.get() for s in self.states)]
+        got = self.state.get()
+        if got is None:
+            return [None] * self.members
+        return [bytes(value) if value is not None else None for value in got]
 
     def _apply(self, key: tuple, old: list[bytes | None], res: Any, fired: int | None = None) -> Iterator[pd.DataFrame]:
         from tidemark.spark.keyed import frame
 
         runner = self.runner
         runner.report_stored(key, res.stored)
-        for state, before, after in zip(self.states, old, res.stored):
-            if after is None:
-                if before is not None:
-                    state.clear()
-            elif after != before:
-                state.update((after,))
+        if all(after is None for after in res.stored):
+            if any(before is not None for before in old):
+                self.state.clear()
+        elif list(res.stored) != old:
+            self.state.update(tuple(res.stored))
         if self.timers and res.old_wakeup != res.new_wakeup:
             # a fired timer is deleted by Spark after handleExpiredTimer
             if res.old_wakeup is not None and res.old_wakeup != fired:
@@ -103,14 +116,14 @@ class StageProcessor(StatefulProcessor):
         if self.clock is not None:
             pairs, ticks = split_ticks(pairs)
             marks = self.clock.tick(ticks)
-            if old == [None] and not pairs:  # only a tick, and no window open: nothing to fire
+            if all(v is None for v in old) and not pairs:  # only a tick, and no window open: nothing to fire
                 return
         blobs = blobs_by_input(pairs, self.n_inputs)
         yield from self._apply(key, old, self.runner.run(blobs, old, now, marks))
 
     def handleExpiredTimer(self, key: tuple, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         old = self._stored()
-        if old == [None]:
+        if all(v is None for v in old):
             return
         res = self.runner.run([[] for _ in range(self.n_inputs)], old, timerValues.getCurrentProcessingTimeInMs())
         yield from self._apply(key, old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
