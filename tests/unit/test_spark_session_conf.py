@@ -38,9 +38,9 @@ def test_every_python_function_gets_the_simplified_traceback_variable_so_workers
     assert env_key not in session_conf("local[2]", 2)  # UDFs then do not set it either
 
 
-def test_polars_in_a_python_worker_gets_the_cores_of_one_task_unless_set(monkeypatch):
+@pytest.mark.parametrize("key", ["spark.executorEnv.POLARS_MAX_THREADS", "spark.executorEnv.OMP_NUM_THREADS"])
+def test_polars_and_arrow_in_a_python_worker_get_the_cores_of_one_task_unless_set(monkeypatch, key):
     """Spark runs one task per core; a pool the machine's size in each worker oversubscribes it."""
-    key = "spark.executorEnv.POLARS_MAX_THREADS"
     monkeypatch.delenv(CONF_ENV, raising=False)
     assert session_conf("local[*]", 2)[key] == "1"
     assert session_conf("spark://master:7077", 2, extra_conf={"spark.task.cpus": "4"})[key] == "4"

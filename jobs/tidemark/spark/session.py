@@ -49,13 +49,13 @@ LOCAL_CHECKPOINT_FILE_MANAGER = (
 )
 
 
-#: the size of polars' thread pool in each Python worker. Spark already runs one task per
-#: core (``spark.task.cpus`` each), and a task is one Python worker: a pool the size of the
-#: machine in every worker puts two threads on each core, and a kernel's many small polars
-#: operations pay the hand-offs between them (docs/benchmarks.md, "One polars thread per
-#: task"). Like every ``spark.executorEnv`` variable, it is the same for every Python
-#: function, so the workers stay in one pool.
-POLARS_THREADS = "spark.executorEnv.POLARS_MAX_THREADS"
+#: the sizes of polars' and Arrow's thread pools in each Python worker. Spark already runs
+#: one task per core (``spark.task.cpus`` each), and a task is one Python worker: pools the
+#: size of the machine in every worker put several threads on each core, and a kernel's many
+#: small operations pay the hand-offs between them (docs/benchmarks.md, "Thread pools of a
+#: task's size"). Like every ``spark.executorEnv`` variable, they are the same for every
+#: Python function, so the workers stay in one pool.
+WORKER_THREADS = ("spark.executorEnv.POLARS_MAX_THREADS", "spark.executorEnv.OMP_NUM_THREADS")
 
 
 class SparkConfError(TidemarkError):
@@ -230,7 +230,8 @@ def session_conf(
         conf.update(local_file_system_conf(conf))
     if conf.get(_SIMPLIFIED_TRACEBACK, "").lower() == "true":
         conf.setdefault("spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK", "1")
-    conf.setdefault(POLARS_THREADS, conf.get("spark.task.cpus", "1"))
+    for threads in WORKER_THREADS:
+        conf.setdefault(threads, conf.get("spark.task.cpus", "1"))
     return conf
 
 
