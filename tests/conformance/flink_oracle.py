@@ -38,19 +38,19 @@ cluster start-up is paid once per subprocess, and a job that fails (``DO ERROR``
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# the Flink venv has nothing of Tidemark installed: its standard-library-only jar builder by path
+sys.path.insert(0, str(HERE.parent.parent / "jobs"))
+from tidemark.java_build import cache_dir, compiled_jar  # noqa: E402
+
 JAVA_SRC = HERE / "oracle_java" / "src"
 KINDS = ("+I", "-U", "+U", "-D")
 ROWTIME = "__tidemark_rowtime"
@@ -288,41 +288,10 @@ def build_oracle_jar() -> Path:
 
 def build_connector_jar(src: Path, name: str) -> Path:
     """Compile the Java connector under ``src`` (sources and ``META-INF/services``) against
-    this pyflink's jars into ``~/.cache/<name>/<name>-<hash>.jar``. Keyed by a hash of the
-    sources and the Flink lib directory, so a changed connector or Flink is rebuilt and an
-    unchanged one costs nothing (shared by the oracle and the benchmark sink)."""
-    sources = sorted(src.rglob("*.java")) + sorted(src.rglob("META-INF/services/*"))
-    digest = hashlib.sha256()
-    lib = flink_lib_dir()
-    digest.update(str(lib).encode())
-    for f in sources:
-        digest.update(f.relative_to(src).as_posix().encode())
-        digest.update(f.read_bytes())
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / name
-    jar = cache / f"{name}-{digest.hexdigest()[:16]}.jar"
-    if jar.exists():
-        return jar
-    cache.mkdir(parents=True, exist_ok=True)
-    classpath = os.pathsep.join(str(p) for p in sorted(lib.glob("*.jar")))
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        java_files = [str(f) for f in sources if f.suffix == ".java"]
-        for tool in ("javac", "jar"):
-            if shutil.which(tool) is None:
-                raise RuntimeError(f"compiling {name} needs a JDK 17 ({tool} not found on PATH)")
-        r = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath, *java_files],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"compiling {name} failed:\n{r.stderr}")
-        services = Path(tmp) / "META-INF" / "services"
-        services.mkdir(parents=True)
-        for f in src.glob("META-INF/services/*"):
-            (services / f.name).write_bytes(f.read_bytes())
-        # built in this call's own directory, then renamed: two processes building the same
-        # jar at once each rename a whole jar of their own
-        partial = Path(tmp).with_name(Path(tmp).name + ".jar")
-        subprocess.run(["jar", "cf", str(partial), "-C", tmp, "."], check=True)
-        partial.replace(jar)
-    return jar
+    this pyflink's jars, cached per machine (``tidemark.java_build``: a changed connector or
+    Flink is rebuilt, an unchanged one costs nothing; shared by the oracle and the benchmark
+    sink)."""
+    return compiled_jar(src, sorted(flink_lib_dir().glob("*.jar")), name, cache_dir())
 
 
 def _java_error(exc: BaseException) -> str:

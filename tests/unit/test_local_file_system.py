@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+from tidemark import java_build
 from tidemark.spark import local_file_system as lfs
 from tidemark.spark.session import CONF_ENV, session_conf
 
@@ -24,7 +25,7 @@ def test_the_jar_is_built_once_per_cache_directory(tmp_path):
 
 def test_without_javac_the_reason_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(lfs.shutil, "which", lambda name: None)
+    monkeypatch.setattr(java_build.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match="no javac"):
         lfs.local_file_system_jar(tmp_path)
 

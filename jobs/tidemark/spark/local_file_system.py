@@ -8,22 +8,18 @@ hundred MB, some on the driver between batches.
 ``tidemark.hadoop.NioLocalFileSystem`` (Java, beside this module) sets them with java.nio.
 
 The classes are compiled once per machine with the JDK's ``javac`` against pyspark's Hadoop
-jar and kept in the user's cache directory, keyed by a hash of the sources and that jar's
-name. Where there is no ``javac`` (a JRE only) or the build fails, the session keeps Hadoop's
+jar and kept in the user's cache directory (``tidemark.java_build``). Where there is no ``javac`` (a JRE only) or the build fails, the session keeps Hadoop's
 class and says so once: the job runs the same, with the child processes.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
-import zipfile
 from pathlib import Path
+
+from tidemark.java_build import cache_dir, compiled_jar
 
 log = logging.getLogger(__name__)
 
@@ -42,50 +38,13 @@ def _hadoop_api_jar() -> Path | None:
     return jars[-1] if jars else None
 
 
-def jdk_tool(name: str) -> str | None:
-    """``name`` (``java``, ``javac``) from ``$JAVA_HOME/bin``, else from PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and os.access(os.path.join(java_home, "bin", name), os.X_OK):
-        return os.path.join(java_home, "bin", name)
-    return shutil.which(name)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tidemark"
-
-
 def local_file_system_jar(cache: Path | None = None) -> Path:
     """The compiled classes' jar (built on the first call on a machine); raises
     ``RuntimeError`` naming what is missing or what ``javac`` said."""
-    hadoop, javac = _hadoop_api_jar(), jdk_tool("javac")
+    hadoop = _hadoop_api_jar()
     if hadoop is None:
         raise RuntimeError("pyspark's Hadoop jar (hadoop-client-api-*.jar) was not found")
-    if javac is None:
-        raise RuntimeError("no javac on PATH or in JAVA_HOME (a JRE has none)")
-    sources = sorted(SOURCES.rglob("*.java"))
-    digest = hashlib.sha256(hadoop.name.encode())
-    for f in sources:
-        digest.update(f.relative_to(SOURCES).as_posix().encode() + b"\0" + f.read_bytes())
-    cache = cache or cache_dir()
-    jar = cache / f"{_JAR_NAME}-{digest.hexdigest()[:16]}.jar"
-    if jar.exists():
-        return jar
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        classes = Path(tmp) / "classes"
-        done = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", str(hadoop), *map(str, sources)],
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"javac failed: {done.stderr.strip() or done.stdout.strip()}")
-        # written beside the cache's jars, then renamed: two processes building it at once
-        # each rename a whole jar of their own
-        partial = Path(tmp) / jar.name
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-            for f in sorted(classes.rglob("*.class")):
-                z.write(f, f.relative_to(classes).as_posix())
-        partial.replace(jar)
-    return jar
+    return compiled_jar(SOURCES, [hadoop], _JAR_NAME, cache or cache_dir())
 
 
 @functools.cache

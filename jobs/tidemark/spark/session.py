@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from tidemark.engine.checkpoint_path import local_dir
 from tidemark.engine.errors import TidemarkError
-from tidemark.spark.local_file_system import jdk_tool, local_file_system_conf
+from tidemark.java_build import jdk_tool
+from tidemark.spark.local_file_system import local_file_system_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
