@@ -8,8 +8,9 @@ hundred MB, some on the driver between batches.
 ``tidemark.hadoop.NioLocalFileSystem`` (Java, beside this module) sets them with java.nio.
 
 The classes are compiled once per machine with the JDK's ``javac`` against pyspark's Hadoop
-jar and kept in the user's cache directory (``tidemark.java_build``). Where there is no ``javac`` (a JRE only) or the build fails, the session keeps Hadoop's
-class and says so once: the job runs the same, with the child processes.
+jar and kept in the user's cache directory (``tidemark.java_build``). Where there is no
+``javac`` (a JRE only) or the build fails, the session keeps Hadoop's class and says so
+once: the job runs the same, with the child processes.
 """
 
 from __future__ import annotations
