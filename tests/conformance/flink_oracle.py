@@ -47,10 +47,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# the Flink venv has nothing of Tidemark installed: its standard-library-only jar builder by path
-sys.path.insert(0, str(HERE.parent.parent / "jobs"))
-from tidemark.java_build import cache_dir, compiled_jar  # noqa: E402
-
 JAVA_SRC = HERE / "oracle_java" / "src"
 KINDS = ("+I", "-U", "+U", "-D")
 ROWTIME = "__tidemark_rowtime"
@@ -291,7 +287,24 @@ def build_connector_jar(src: Path, name: str) -> Path:
     this pyflink's jars, cached per machine (``tidemark.java_build``: a changed connector or
     Flink is rebuilt, an unchanged one costs nothing; shared by the oracle and the benchmark
     sink)."""
-    return compiled_jar(src, sorted(flink_lib_dir().glob("*.jar")), name, cache_dir())
+    java_build = _java_build()
+    return java_build.compiled_jar(src, sorted(flink_lib_dir().glob("*.jar")), name, java_build.cache_dir())
+
+
+def _java_build() -> Any:
+    """``tidemark.java_build`` (standard library only), loaded from its file: the Flink venv has
+    nothing of Tidemark installed, and Tidemark's packages on its path would change what the
+    UDF modules this interpreter runs import (``tests/nexmark/nexmark_udfs.py`` picks its
+    PyFlink form when ``tidemark`` cannot be imported)."""
+    import importlib.util
+
+    path = HERE.parent.parent / "jobs" / "tidemark" / "java_build.py"
+    spec = importlib.util.spec_from_file_location("tidemark_java_build", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _java_error(exc: BaseException) -> str:
