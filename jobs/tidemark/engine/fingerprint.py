@@ -106,10 +106,9 @@ def incompatibilities(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if before.get("fused_with") != after.get("fused_with"):
             reasons.append(f"stage {after['stage']}: the checkpoint ran it in {_operator(before)}, "
                            f"this version runs it in {_operator(after)} (state is kept per operator)")
-        elif after.get("fused_with") and before.get("fused_state_layout", 1) != after["fused_state_layout"]:
+        elif after.get("fused_with") and (layout := before.get("fused_state_layout", 1)) != after["fused_state_layout"]:
             reasons.append(f"stage {after['stage']}: the checkpoint keeps its operator's state as "
-                           f"{_layout(before.get('fused_state_layout', 1))}, this version as "
-                           f"{_layout(after['fused_state_layout'])}")
+                           f"{_layout(layout)}, this version as {_layout(after['fused_state_layout'])}")
         old_format = before.get("state_format", _UNRECORDED_FORMAT)
         if old_format != after["state_format"]:
             reasons.append(

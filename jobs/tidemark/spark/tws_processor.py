@@ -52,8 +52,11 @@ def state_schema(members: int) -> StructType:
     """The value state of an operator of ``members`` stages: a stored state per member, the
     first under the field a single stage's state has always had; a member with no state
     stored holds null."""
-    extra = [StructField(f"state{k}", BinaryType()) for k in range(1, members)]
-    return StructType([*STATE_SCHEMA.fields, *extra]) if extra else STATE_SCHEMA
+    return StructType([*STATE_SCHEMA.fields, *(StructField(f"state{k}", BinaryType()) for k in range(1, members))])
+
+
+def _none_stored(stored: Sequence[bytes | None]) -> bool:
+    return all(value is None for value in stored)
 
 
 class StageProcessor(StatefulProcessor):
@@ -91,8 +94,8 @@ class StageProcessor(StatefulProcessor):
 
         runner = self.runner
         runner.report_stored(key, res.stored)
-        if all(after is None for after in res.stored):
-            if any(before is not None for before in old):
+        if _none_stored(res.stored):
+            if not _none_stored(old):
                 self.state.clear()
         elif list(res.stored) != old:
             self.state.update(tuple(res.stored))
@@ -116,14 +119,14 @@ class StageProcessor(StatefulProcessor):
         if self.clock is not None:
             pairs, ticks = split_ticks(pairs)
             marks = self.clock.tick(ticks)
-            if all(v is None for v in old) and not pairs:  # only a tick, and no window open: nothing to fire
+            if _none_stored(old) and not pairs:  # only a tick, and no window open: nothing to fire
                 return
         blobs = blobs_by_input(pairs, self.n_inputs)
         yield from self._apply(key, old, self.runner.run(blobs, old, now, marks))
 
     def handleExpiredTimer(self, key: tuple, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         old = self._stored()
-        if all(v is None for v in old):
+        if _none_stored(old):
             return
         res = self.runner.run([[] for _ in range(self.n_inputs)], old, timerValues.getCurrentProcessingTimeInMs())
         yield from self._apply(key, old, res, fired=expiredTimerInfo.getExpiryTimeInMs())
