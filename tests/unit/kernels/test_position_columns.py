@@ -40,6 +40,34 @@ def test_ranks_compare_as_python_tuples(seed):
     assert [key(r) for r in by_rank.rows()] == distinct
 
 
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("span", [3, 10**6, 2**40])  # 2**40: the fields' ranges do not pack into one integer
+def test_ranks_of_wide_negative_and_null_fields_compare_as_python_tuples(seed, span):
+    rng = random.Random(seed)
+    depth = rng.randint(1, 4)
+    rows = []
+    for _ in range(rng.randint(0, 300)):
+        length = rng.randint(1, depth)
+        rows.append(tuple(rng.randint(-span, span) for _ in range(length)) + (None,) * (depth - length))
+    frame = pl.DataFrame(rows, schema={f"$pos{i}": pl.Int64 for i in range(depth)}, orient="row")
+    ranks, by_rank = position_ranks(frame)
+
+    def key(row: tuple[int | None, ...]) -> tuple[int, ...]:
+        return tuple(v for v in row if v is not None)
+
+    distinct = sorted({key(r) for r in rows})
+    assert ranks.to_list() == [distinct.index(key(r)) for r in rows]
+    assert [key(r) for r in by_rank.rows()] == distinct
+    assert ranks.dtype == pl.Int64 and by_rank.columns == frame.columns
+
+
+def test_ranks_of_positions_without_a_value():
+    ranks, by_rank = position_ranks(_positions([(None, None), (None, None)]))
+    assert ranks.to_list() == [0, 0] and by_rank.rows() == [(None, None)]
+    ranks, by_rank = position_ranks(_positions([]))
+    assert ranks.to_list() == [] and by_rank.height == 0
+
+
 def test_positions_as_lists_drop_what_a_shorter_position_lacks():
     assert positions_as_lists(_positions([(1, 5), (0, None), (2, 7)])).to_list() == [[1, 5], [0], [2, 7]]
     assert positions_as_lists(_positions([(1, 5), (0, 3)])).to_list() == [[1, 5], [0, 3]]
