@@ -20,6 +20,7 @@ from tidemark.engine.changelog import ADDS, KINDS, Change, Pos
 
 _ADD = "$add"
 _TIE = "$tie"
+_KEY = "$key"
 
 
 def pos_columns(n: int) -> list[str]:
@@ -61,10 +62,12 @@ def position_ranks(positions: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
 
 def _packed_positions(positions: pl.DataFrame) -> pl.Series | None:
     """Each position as one Int64 that compares as the position does (field by field, a
-    null first), or None when the fields' ranges do not fit: a field of span ``s`` (its
+    null first), or None when there are no fields or their ranges do not fit: a field of span ``s`` (its
     largest value less its smallest, plus one, plus one more for null) is a digit of base
     ``s``."""
     cols = positions.columns
+    if not cols:  # no fields: the frame's height is not the rows'
+        return None
     bounds = positions.select(
         *(pl.col(c).min().alias(f"min{i}") for i, c in enumerate(cols)),
         *(pl.col(c).max().alias(f"max{i}") for i, c in enumerate(cols)),
@@ -112,15 +115,20 @@ def sorted_table(table: pa.Table) -> pa.Table:
     tiebreak is a Python value: computed only for rows that tie on position and sign."""
     pos = [c for c in table.column_names if c.startswith(POS_PREFIX)]
     df = pl.from_arrow(table).with_columns((pl.col(WEIGHT) > 0).alias(_ADD))
-    tied = df.select(pl.len().over([*pos, _ADD]) > 1).to_series()
-    by = [*pos, _ADD]
+    packed = _packed_positions(df.select(pos))
+    if packed is not None:  # (position, sign) as one integer: a one-column sort
+        df = df.with_columns((packed * 2 + df[_ADD].cast(pl.Int64)).alias(_KEY))
+        by, tied = [_KEY], df[_KEY].is_duplicated()
+    else:
+        by = [*pos, _ADD]
+        tied = df.select(pl.len().over(by) > 1).to_series()
     if tied.any():
         rows = rows_of(table.filter(pa.array(tied.to_arrow())))
         tiebreak = pl.Series(_TIE, [None] * len(df), dtype=pl.String)
         tiebreak = tiebreak.scatter(tied.arg_true(), [repr(r) for r in rows])
         df = df.with_columns(tiebreak)
         by.append(_TIE)
-    out = df.sort(by, nulls_last=False, maintain_order=True).drop(by[len(pos):])
+    out = df.sort(by, nulls_last=False, maintain_order=True).drop(_ADD, _KEY, _TIE, strict=False)
     return _restore(out.to_arrow(), table.schema)
 
 
