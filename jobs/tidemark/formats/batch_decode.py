@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -523,5 +524,6 @@ def _coerce_each(t: SqlType, col: pa.Array) -> tuple[pa.Array, pa.Array]:
             failed.append(i)
             out.append(None)
     converted = pc.replace_with_mask(converted, slow, pa.array(out, target))
-    good = pc.invert(pc.is_in(pa.array(range(len(col)), pa.int64()), pa.array(failed, pa.int64())))
-    return converted, good
+    good = np.ones(len(col), dtype=bool)
+    good[failed] = False
+    return converted, pa.array(good)

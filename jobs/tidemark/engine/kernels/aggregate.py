@@ -49,7 +49,7 @@ import polars as pl
 import pyarrow as pa
 
 from tidemark.engine.batch import WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import sorted_table
+from tidemark.engine.batch_columns import row_indexes, sorted_table
 from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, diff_to_changes
 from tidemark.engine.driver import Bucket
 from tidemark.engine.kernels import aggregate_state
@@ -121,7 +121,7 @@ class AggregateKernel:
             return state, ChangeBatch(changes=self._per_group(_groups_of(self.stage, changes), changes, state, ctx))
         try:
             table = ChangeBatch.from_changes(changes, self.stage.input_schema).table()
-            table = table.append_column(_I, pa.array(range(len(changes)), pa.int64()))
+            table = table.append_column(_I, row_indexes(len(changes)))
             emitted = self._columnar_batch(table, changes, state, ctx)
         except _NOT_TABULAR:
             emitted = self._per_group(_groups_of(self.stage, changes), changes, state, ctx)

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from tidemark.engine import batch_ipc
 from tidemark.engine.batch import POS_PREFIX, WEIGHT
-from tidemark.engine.batch_columns import sorted_table, to_changes, to_table
+from tidemark.engine.batch_columns import row_indexes, sorted_table, to_changes, to_table
 from tidemark.engine.kernels import aggregate_state
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.aggregate import GroupAggregate, uses_distinct
@@ -131,7 +131,7 @@ class AccumulatorTable:
         if table.num_rows and pc.max(pc.abs(table.column(WEIGHT))).as_py() != 1:
             return None
         stage, rows, keys = self.stage, self.rows, self.keys
-        table = table.append_column(_I, pa.array(range(table.num_rows), pa.int64()))
+        table = table.append_column(_I, row_indexes(table.num_rows))
         df = pl.from_arrow(sorted_table(table))
         group_keys = keys or [_K]
         if not keys:

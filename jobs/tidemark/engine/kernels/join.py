@@ -478,10 +478,11 @@ class _Run:
             return ChangeBatch(changes=[])
         em = emissions.with_columns(pl.col(c).cast(pl.Int64) for c in ("a", "b", "w", "pos", "o1", "o2", "o3", "kg"))
         w, pos = pl.col("w"), pl.col("pos")
+        em = em.with_columns(pl.when(w < 0).then(pos).alias("$ret"), pl.when(w > 0).then(pos).alias("$add"))
         rows = em.sort("kg", "a", "b", "o1", "o2", "o3").group_by("kg", "a", "b", maintain_order=True).agg(
             w.sum().alias("net"), pos.max().alias("pmax"), pl.col("o1").first(), pl.col("o2").first(),
             pl.col("o3").first(), (w.first() < 0).alias("first_neg"), (w.last() > 0).alias("last_add"),
-            pos.filter(w < 0).first().alias("ret_pos"), pos.filter(w > 0).last().alias("add_pos"),
+            pl.col("$ret").first(ignore_nulls=True).alias("ret_pos"), pl.col("$add").last(ignore_nulls=True).alias("add_pos"),
         )  # fmt: skip
         net = pl.col("net")
         rows = rows.with_columns(((net < 0).any().over("kg") & (net > 0).any().over("kg")).alias("upd"))

@@ -42,7 +42,7 @@ import polars as pl
 import pyarrow as pa
 
 from tidemark.engine.batch import WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import sorted_table
+from tidemark.engine.batch_columns import row_indexes, sorted_table
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.kernels.current_row import CurrentRowKernel, survives_pair_cancelling
@@ -179,4 +179,4 @@ def _unit_table(batch: ChangeBatch, changes: list[Change]) -> pa.Table:
     table = batch.table()
     if table.num_rows != len(changes):  # net weights: one row per unit of weight
         table = ChangeBatch.from_changes(changes).table()
-    return table.append_column(_I, pa.array(range(len(changes)), pa.int64()))
+    return table.append_column(_I, row_indexes(len(changes)))
