@@ -57,9 +57,8 @@ def position_ranks(positions: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
     packed = _packed_positions(positions)
     if packed is not None:
         ranks = (packed.rank("dense") - 1).cast(pl.Int64).alias("$rank")
-        distinct = int(ranks.max()) + 1 if len(ranks) else 0  # type: ignore[arg-type]
         rows = pl.int_range(0, len(ranks), dtype=pl.Int64, eager=True)
-        return ranks, positions[pl.zeros(distinct, pl.Int64, eager=True).scatter(ranks, rows)]
+        return ranks, positions[pl.zeros(packed.n_unique(), pl.Int64, eager=True).scatter(ranks, rows)]
     ordered = positions.with_row_index("$row").sort(positions.columns, nulls_last=False)
     runs = ordered.select(pl.struct(positions.columns).rle_id().cast(pl.Int64)).to_series()
     ranks = pl.zeros(positions.height, pl.Int64, eager=True).alias("$rank").scatter(ordered["$row"], runs)
@@ -68,9 +67,9 @@ def position_ranks(positions: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
 
 def _packed_positions(positions: pl.DataFrame) -> pl.Series | None:
     """Each position as one Int64 that compares as the position does (field by field, a
-    null first), or None when there are no fields or their ranges do not fit: a field of span ``s`` (its
-    largest value less its smallest, plus one, plus one more for null) is a digit of base
-    ``s``."""
+    null first), or None when there are no fields or their ranges do not fit: a field of
+    span ``s`` (its largest value less its smallest, plus one, plus one more for null) is a
+    digit of base ``s``."""
     cols = positions.columns
     if not cols:  # no fields: the frame's height is not the rows'
         return None
