@@ -478,6 +478,7 @@ class _Run:
             return ChangeBatch(changes=[])
         em = emissions.with_columns(pl.col(c).cast(pl.Int64) for c in ("a", "b", "w", "pos", "o1", "o2", "o3", "kg"))
         w, pos = pl.col("w"), pl.col("pos")
+        # positions are ranks, never null: a masked column's first/last non-null is the filtered one
         em = em.with_columns(pl.when(w < 0).then(pos).alias("$ret"), pl.when(w > 0).then(pos).alias("$add"))
         rows = em.sort("kg", "a", "b", "o1", "o2", "o3").group_by("kg", "a", "b", maintain_order=True).agg(
             w.sum().alias("net"), pos.max().alias("pmax"), pl.col("o1").first(), pl.col("o2").first(),

@@ -19,7 +19,7 @@ import pyarrow as pa
 from tidemark.engine import state_tables as T
 from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import POS_PREFIX, WEIGHT
-from tidemark.engine.batch_columns import sorted_table
+from tidemark.engine.batch_columns import row_indexes, sorted_table
 
 if TYPE_CHECKING:
     from tidemark.engine.stages.materializer import SinkMaterializer
@@ -85,7 +85,7 @@ class SinkTableKernel:
     def ops(self, table: pa.Table, rows: list[str]) -> pl.DataFrame:
         """The batch's changes in the canonical order: row columns, ``$op``, ``$arr``,
         ``$add`` and the position columns."""
-        arrived = table.append_column(ARR, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        arrived = table.append_column(ARR, row_indexes(table.num_rows))
         df = pl.from_arrow(sorted_table(arrived))
         pos = [c for c in df.columns if c.startswith(POS_PREFIX)]
         return df.select(*rows, *pos, ARR, (pl.col(WEIGHT) > 0).alias(ADD)).with_row_index(OP).with_columns(
