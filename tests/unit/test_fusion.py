@@ -12,7 +12,7 @@ import pytest
 from tidemark.engine import batch_ipc
 from tidemark.engine.changelog import Change, INSERT, DELETE, UPDATE_AFTER, UPDATE_BEFORE
 from tidemark.engine.fingerprint import fingerprint, incompatibilities
-from tidemark.engine.fusion import FusedStage, fused_pairs
+from tidemark.engine.fusion import FusedStage, filters_between, fused_pairs
 from tidemark.engine.pipeline import compile_sql
 from tidemark.spark.keyed import _BucketRunner, blob_rows, changes_of_blobs
 
@@ -29,9 +29,12 @@ INVENTORY = TABLES + f"INSERT INTO inventory SELECT name, quantity FROM {SUMS} J
 PRODUCTS_FIRST = TABLES + f"INSERT INTO inventory SELECT name, quantity FROM products p JOIN {SUMS} ON p.id = o.product_id ON CONFLICT DO DEDUPLICATE;"
 # joined on the sum, not on the aggregate's key
 ON_THE_SUM = TABLES + f"INSERT INTO inventory SELECT name, quantity FROM {SUMS} JOIN products p ON o.quantity = p.id ON CONFLICT DO DEDUPLICATE;"
-# a calc between the two stages: not fused (its columns would need tracing)
+# a filter between the two stages: fused, the filter inside the operator
 FILTERED = TABLES + (f"INSERT INTO inventory SELECT name, quantity FROM (SELECT * FROM {SUMS} WHERE quantity > 1) o2 "
                      "JOIN products p ON o2.product_id = p.id ON CONFLICT DO DEDUPLICATE;")
+# a calc that computes between the two stages: not fused (its columns would need tracing)
+COMPUTED = TABLES + (f"INSERT INTO inventory SELECT name, quantity FROM (SELECT product_id, quantity * 2 AS quantity "
+                     f"FROM {SUMS}) o2 JOIN products p ON o2.product_id = p.id ON CONFLICT DO DEDUPLICATE;")
 UPSERT_JOIN = """
 CREATE TABLE prices (id BIGINT, price BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'prices', 'format' = 'upsert-json');
 CREATE TABLE names (id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED) WITH ('topic' = 'names', 'format' = 'debezium-json');
@@ -55,9 +58,17 @@ def test_an_upsert_source_joined_on_its_primary_key_fuses_normalize_with_the_joi
     assert kinds(UPSERT_JOIN) == {"normalize": ("join", 0)}
 
 
-@pytest.mark.parametrize("sql", [ON_THE_SUM, FILTERED], ids=["another-key", "calc-between"])
+@pytest.mark.parametrize("sql", [ON_THE_SUM, COMPUTED], ids=["another-key", "calc-between"])
 def test_stages_on_other_keys_or_with_a_calc_between_stay_apart(sql):
     assert kinds(sql) == {}
+
+
+def test_a_filter_between_the_two_stages_runs_inside_the_fused_operator():
+    pipeline = compile_sql(FILTERED)
+    (first, (second, fed)), = fused_pairs(pipeline).items()
+    assert (pipeline.node(first).kind, pipeline.node(second).kind) == ("aggregate", "join")
+    between = filters_between(pipeline, first, second, fed)
+    assert [pipeline.node(i).kind for i in between] == ["calc"] and pipeline.node(second).inputs[fed] == between[-1]
 
 
 def test_the_fused_stage_routes_each_input_to_its_member():

@@ -14,6 +14,11 @@ Why it is sound for any number of buckets: bucketing is a function of the key va
 rows of bucket ``b`` have A-keys in ``b``, and each output row's B-key equals the A-key of
 its group. B's other inputs are keyed for B as before.
 
+Filters between the two (a calc that passes its rows through unchanged or drops them, such
+as a WHERE conjunct moved below a join, ``tidemark.engine.planner.pushdown``) run inside the
+operator on A's output before B sees it: a filter keeps every column where it was, so the
+rows it passes are still in their bucket.
+
 What is not fused: stages with timers or event time (their hosts keep a clock per bucket
 and operator), a stage whose output has another consumer, and a delta or lookup join (it has
 no state of its own to share a bucket with).
@@ -31,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.stage import KeyedStage, uses_timers
+from tidemark.engine.expressions import col_index
+from tidemark.engine.stage import KeyedStage, StatelessStage, uses_timers
 
 if TYPE_CHECKING:
     from tidemark.engine.pipeline import Pipeline
@@ -69,10 +75,33 @@ def _hostable(node: Any) -> bool:
     )
 
 
+def _is_filter(node: Any) -> bool:
+    """A calc that only drops rows: its output rows are its input rows, column for column."""
+    if node.kind != "calc" or "event_time" in node.detail:
+        return False
+    stage = node.stage
+    if stage.projections is None:
+        return True
+    return (list(stage.output_names) == list(stage.input_names) and len(stage.projections) == len(stage.input_names)
+            and all(col_index(e) == i for i, e in enumerate(stage.projections)))
+
+
+def filters_between(pipeline: Pipeline, first: int, second: int, index: int) -> list[int]:
+    """The filter nodes from ``first``'s output to input ``index`` of ``second``, in the
+    order the rows pass them (empty when ``first`` feeds it directly)."""
+    chain: list[int] = []
+    node_id = pipeline.node(second).inputs[index]
+    while node_id != first:
+        chain.append(node_id)
+        node_id = pipeline.node(node_id).inputs[0]
+    return chain[::-1]
+
+
 def fused_pairs(pipeline: Pipeline) -> dict[int, tuple[int, int]]:
     """``{A's node id: (B's node id, B's input A feeds)}`` for every keyed stage A whose
-    only consumer is keyed stage B on A's key (module docstring). A stage that receives
-    another's output is not itself fused into a third: pairs, never chains."""
+    only consumer is keyed stage B on A's key, directly or through filters that have no
+    other consumer (module docstring). A stage that receives another's output is not
+    itself fused into a third: pairs, never chains."""
     consumers: dict[int, list[tuple[int, int]]] = {}
     for node in pipeline.nodes:
         for index, upstream in enumerate(node.inputs):
@@ -83,6 +112,8 @@ def fused_pairs(pipeline: Pipeline) -> dict[int, tuple[int, int]]:
         if node.id in taken or not _hostable(node):
             continue
         uses = consumers.get(node.id, [])
+        while len(uses) == 1 and _is_filter(pipeline.node(uses[0][0])):
+            uses = consumers.get(uses[0][0], [])
         if len(uses) != 1:
             continue
         consumer_id, index = uses[0]
@@ -107,6 +138,9 @@ class FusedStage:
     first: KeyedStage
     second: KeyedStage
     fed: int
+    #: filters between the two (``filters_between``), which a host applies to ``first``'s
+    #: output before it passes it on as ``fed``
+    between: tuple[StatelessStage, ...] = ()
 
     @property
     def members(self) -> tuple[KeyedStage, KeyedStage]:

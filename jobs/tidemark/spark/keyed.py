@@ -415,7 +415,8 @@ class _BucketRunner:
 
     A ``FusedStage`` (``tidemark.engine.fusion``) runs its members one after the other,
     each with its own stored state, the first one's output typed as its node's columns
-    (``fed_schema``) exactly as the blobs between two operators would carry it.
+    (``fed_schema``) exactly as the blobs between two operators would carry it, then
+    through the filters between the two.
 
     The stored values are written by ``tidemark.engine.state_codec``.
     """
@@ -461,6 +462,8 @@ class _BucketRunner:
             ctx = BatchContext(batch_id=batch_id, now_ms=now_ms)
             if watermarks is not None:
                 ctx.previous_watermarks, ctx.watermarks = watermarks
+            if k:  # what the member before emitted, through the filters between the two
+                out = run_stateless(self.stage.between, out)
             own = inputs if len(self.members) == 1 else self.stage.member_inputs(k, inputs, out)
             states[k], out = driven.process_batch(own, states[k], ctx)
             if ctx.metrics and self.accumulator is not None:

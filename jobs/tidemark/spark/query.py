@@ -49,7 +49,7 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.errors import PlanError, TidemarkError
 from tidemark.engine.event_time import END_OF_INPUT
-from tidemark.engine.fusion import FusedStage, fused_pairs, output_key_columns
+from tidemark.engine.fusion import FusedStage, filters_between, fused_pairs, output_key_columns
 from tidemark.engine.pipeline import Pipeline
 from tidemark.engine.stage import StatelessStage
 from tidemark.engine.stages.materializer import SinkMaterializer
@@ -281,14 +281,16 @@ def _is_keyed(stage: Any) -> bool:
     return stage is not None and hasattr(stage, "key_of")
 
 
-def _fused_output(pipeline: Pipeline, node: Any, firsts: dict[int, list[_Output]], outputs: dict[int, _Output],
-                  metrics: StageMetrics | None, buckets: int, schema: Any) -> _Output:
+def _fused_output(pipeline: Pipeline, node: Any, fed_by: tuple[int, int], firsts: dict[int, list[_Output]],
+                  outputs: dict[int, _Output], metrics: StageMetrics | None, buckets: int, schema: Any) -> _Output:
     """The output of keyed ``node`` run in one operator with the keyed stage that feeds it
-    (``tidemark.engine.fusion``): the operator reads that stage's inputs, then ``node``'s
-    other inputs, each keyed for the member it goes to."""
-    fed = next(i for i, upstream in enumerate(node.inputs) if upstream in firsts)
-    first = pipeline.node(node.inputs[fed])
-    stage = FusedStage(first.stage, node.stage, fed)
+    (``fed_by``: that stage's node id and the input it feeds, ``tidemark.engine.fusion``):
+    the operator reads that stage's inputs, then ``node``'s other inputs, each keyed for
+    the member it goes to."""
+    first_id, fed = fed_by
+    first = pipeline.node(first_id)
+    between = tuple(GuardedStage(pipeline.node(i).stage) for i in filters_between(pipeline, first_id, node.id, fed))
+    stage = FusedStage(first.stage, node.stage, fed, between)
     upstream = [*firsts[first.id], *(outputs[i] for k, i in enumerate(node.inputs) if k != fed)]
     fed_schema = batch_ipc.schema_of(first.columns, first.types)
 
@@ -354,6 +356,9 @@ def build_query_frame(
         raise ValueError("a statement set's sinks share one frame of blobs: none is written inside its stage")
     tables = {t.table.name: t for t in source_tables(pipeline, registry_url)}
     fused = fused_pairs(pipeline)
+    fed_by = {second: (first, index) for first, (second, index) in fused.items()}
+    # the filters inside a fused operator (between its members): no pass of their own
+    inside = {i for first, (second, index) in fused.items() for i in filters_between(pipeline, first, second, index)}
     # a fused pair's first stage: its upstream outputs, taken by its consumer's operator
     firsts: dict[int, list[_Output]] = {}
     outputs: dict[int, _Output] = {}
@@ -376,8 +381,11 @@ def build_query_frame(
             sinks[node.table] = upstream_output.written(writer) if writer else upstream_output.changes()
         elif node.id in fused:
             firsts[node.id] = [outputs[i] for i in node.inputs]
-        elif _is_keyed(node.stage) and any(i in fused for i in node.inputs):
-            outputs[node.id] = _fused_output(pipeline, node, firsts, outputs, metrics, state_buckets, schema)
+        elif node.id in inside:
+            continue
+        elif node.id in fed_by:
+            outputs[node.id] = _fused_output(pipeline, node, fed_by[node.id], firsts, outputs, metrics, state_buckets,
+                                             schema)
         elif _is_keyed(node.stage):
             stage = node.stage
             upstream = [outputs[i] for i in node.inputs]

@@ -14,6 +14,7 @@ from tidemark.engine.expressions import RowPredicate, check_supported, col_index
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.keys import join_keys
 from tidemark.engine.planner.node import Key, Node
+from tidemark.engine.planner.pushdown import split_for_join
 from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
 from tidemark.engine.planner.scope import Scope
 from tidemark.engine.sql import describe, position_of, sql_error
@@ -26,10 +27,13 @@ if TYPE_CHECKING:
 class JoinPlanner(PlanGraph):
     """Joins: ON or a comma join's WHERE conditions become equi keys plus a residual."""
 
-    def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None) -> int:
+    def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None,
+             push_filters: bool = False) -> int:
         """Plan one JOIN. ``pending`` holds the WHERE conjuncts not yet placed: a comma join
         (``FROM a, b WHERE a.id = b.id``) takes those that refer to its right side and to
-        nothing not yet joined as its condition, which is the same inner join as ON."""
+        nothing not yet joined as its condition, which is the same inner join as ON. With
+        ``push_filters`` (the joins after this one keep its rows), those that read one
+        input only and cannot fail become a filter on that input (``pushdown``)."""
         if isinstance(join.this, exp.Table) and join.this.args.get("version") is not None:
             return self.lookup_join(join, scope, left_id)  # FOR SYSTEM_TIME AS OF: LookupPlanner
         side = (join.text("side") or "").upper()
@@ -75,6 +79,9 @@ class JoinPlanner(PlanGraph):
                 "only equi-joins are supported (non-equi conditions may be added with AND)",
                 on,
             )
+        pushed: dict[str, str] = {}
+        if push_filters and pending:
+            left_id, right_id, pushed = self._push_filters(pending, scope, left_width, join_type, left_id, right_id)
         left, right = self.node(left_id), self.node(right_id)
         res_expr = conjoin(residual)
         if res_expr is not None:
@@ -100,10 +107,39 @@ class JoinPlanner(PlanGraph):
                 "join_type": join_type,
                 "on": [f"{names[a]} = {names[left.width + b]}" for a, b in zip(lkeys, rkeys)],
                 "residual": to_spark_sql(res_expr, names) if res_expr is not None else None,
+                # the stored rows are the filtered ones: a checkpoint of the join without the
+                # filters holds others (``tidemark.engine.fingerprint`` compares the detail)
+                **({"filtered_inputs": pushed} if pushed else {}),
             },
         )  # fmt: skip
         self._choose_delta_join(node, left, right, lkeys, rkeys)
         return node.id
+
+    def _push_filters(self, pending: list[exp.Expr], scope: Scope, left_width: int, join_type: str,
+                      left_id: int, right_id: int) -> tuple[int, int, dict[str, str]]:
+        """Move the ``pending`` WHERE conjuncts ``pushdown.split_for_join`` allows into a
+        filter on the join's inputs; returns the inputs' new node ids and each moved
+        filter as SQL, by side."""
+        written: list[exp.Expr] = []
+        resolved: list[exp.Expr] = []
+        for conj in pending:
+            try:
+                resolved.append(self.resolve(conj, scope))
+            except SqlError:
+                continue  # refers to a table joined later (or is wrong: reported with the WHERE)
+            written.append(conj)
+        moved, to_left, to_right = split_for_join(resolved, scope.types, left_width, join_type)
+        gone = {id(written[i]) for i in moved}
+        pending[:] = [c for c in pending if id(c) not in gone]
+        purpose = "filter pushed below a join"
+        pushed: dict[str, str] = {}
+        for side, node_id, parts in (("left", left_id, to_left), ("right", right_id, to_right)):
+            predicate = conjoin(parts)
+            if predicate is not None:
+                pushed[side] = to_spark_sql(predicate, self.node(node_id).columns)
+        left_id = self.calc(left_id, None, conjoin(to_left), None, purpose=purpose)
+        right_id = self.calc(right_id, None, conjoin(to_right), None, purpose=purpose)
+        return left_id, right_id, pushed
 
     def _comma_condition(
         self, join: exp.Join, scope: Scope, left_width: int, pending: list[exp.Expr]

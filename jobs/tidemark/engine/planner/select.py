@@ -35,6 +35,14 @@ _UNSUPPORTED_SELECT_ARGS = {
 }
 
 
+def _keeps_left_rows(join: exp.Join) -> bool:
+    """Whether a regular inner or LEFT JOIN, which emits every row of its left input it
+    does not drop for want of a partner without NULLs in place of its columns."""
+    if isinstance(join.this, exp.Table) and join.this.args.get("version") is not None:
+        return False  # a lookup join: left as planned
+    return (join.text("side") or "").upper() in ("", "LEFT") and (join.text("kind") or "").upper() in ("", "INNER", "OUTER")
+
+
 #: functions refused before their arguments are resolved (see SelectPlanner.resolve)
 _UNEVALUATED_FUNCS = (exp.Anonymous, exp.TimestampAdd, exp.TimestampDiff)
 
@@ -166,8 +174,11 @@ class SelectPlanner(PlanGraph):
             raise sql_error("SELECT without FROM is not supported: a pipeline reads tables", sel)
         scope = Scope()
         node_id = self.relation(from_.this, scope)
-        for join in sel.args.get("joins") or []:
-            node_id = self.join(join, scope, node_id, pending)
+        joins = sel.args.get("joins") or []
+        for k, join in enumerate(joins):
+            # a WHERE conjunct may move below this join only if every later join keeps its rows
+            rows_kept = all(_keeps_left_rows(later) for later in joins[k + 1:])
+            node_id = self.join(join, scope, node_id, pending, push_filters=rows_kept)
         return scope, node_id
 
     def relation(self, item: exp.Expr, scope: Scope) -> int:

@@ -110,8 +110,9 @@ class WindowOpsPlanner(PlanGraph):
 
     # ------------------------------------------------------------------ window join
 
-    def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None) -> int:
-        node_id = super().join(join, scope, left_id, pending)  # type: ignore[misc]
+    def join(self, join: exp.Join, scope: Scope, left_id: int, pending: list[exp.Expr] | None = None,
+             push_filters: bool = False) -> int:
+        node_id = super().join(join, scope, left_id, pending, push_filters)  # type: ignore[misc]
         node = self.node(node_id)
         if node.kind == "join":
             self._make_window_join(node, join.args.get("on") or join.this)
