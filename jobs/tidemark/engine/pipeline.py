@@ -286,8 +286,6 @@ class Pipeline:
             out.append("on: " + " AND ".join(d["on"]))
             if d.get("residual"):
                 out.append(f"residual: {d['residual']}")
-            for side, predicate in d.get("filtered_inputs", {}).items():
-                out.append(f"{side} input filtered by: {predicate} (from the WHERE, moved below the join)")
             where = f"index {d['table']}.{d['index']} (Spark: the index service)" if d.get("index") else "state"
             out.append(f"dimension rows: {where}, as of each batch's start")
         elif n.kind == "aggregate":

@@ -36,8 +36,9 @@ _UNSUPPORTED_SELECT_ARGS = {
 
 
 def _keeps_left_rows(join: exp.Join) -> bool:
-    """Whether a regular inner or LEFT JOIN, which emits every row of its left input it
-    does not drop for want of a partner without NULLs in place of its columns."""
+    """Whether ``join`` is a regular inner join or LEFT JOIN: those emit the rows of their
+    left input that they do not drop for want of a partner with its columns as they were,
+    never NULLs in their place (``tidemark.engine.planner.pushdown``)."""
     if isinstance(join.this, exp.Table) and join.this.args.get("version") is not None:
         return False  # a lookup join: left as planned
     return (join.text("side") or "").upper() in ("", "LEFT") and (join.text("kind") or "").upper() in ("", "INNER", "OUTER")
