@@ -37,7 +37,7 @@ _UNSUPPORTED_SELECT_ARGS = {
 
 def _keeps_left_rows(join: exp.Join) -> bool:
     """Whether ``join`` is a regular inner join or LEFT JOIN: those emit the rows of their
-    left input that they do not drop for want of a partner with its columns as they were,
+    left input that they do not drop for want of a partner with their columns as they were,
     never NULLs in their place (``tidemark.engine.planner.pushdown``)."""
     if isinstance(join.this, exp.Table) and join.this.args.get("version") is not None:
         return False  # a lookup join: left as planned
