@@ -14,7 +14,7 @@ from tidemark.engine.expressions import RowPredicate, check_supported, col_index
 from tidemark.engine.planner.graph import PlanGraph
 from tidemark.engine.planner.keys import join_keys
 from tidemark.engine.planner.node import Key, Node
-from tidemark.engine.planner.pushdown import split_for_join
+from tidemark.engine.planner.pushdown import JOIN_TYPES, split_for_join
 from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
 from tidemark.engine.planner.scope import Scope
 from tidemark.engine.sql import describe, position_of, sql_error
@@ -48,7 +48,7 @@ class JoinPlanner(PlanGraph):
         comma = on is None and not side and not kind
         if on is None and not comma:
             raise sql_error(f"a {side} JOIN without ON is not supported; equi-joins only", join.this)
-        join_type = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}.get(side)
+        join_type = JOIN_TYPES.get(side)
         if join_type is None:
             raise sql_error(f"{side} JOIN is not supported", join)
         left_width = scope.width
@@ -131,15 +131,14 @@ class JoinPlanner(PlanGraph):
         moved, to_left, to_right = split_for_join(resolved, scope.types, left_width, join_type)
         gone = {id(written[i]) for i in moved}
         pending[:] = [c for c in pending if id(c) not in gone]
-        purpose = "filter pushed below a join"
+        inputs = {"left": left_id, "right": right_id}
         pushed: dict[str, str] = {}
-        for side, node_id, parts in (("left", left_id, to_left), ("right", right_id, to_right)):
+        for side, parts in (("left", to_left), ("right", to_right)):
             predicate = conjoin(parts)
             if predicate is not None:
-                pushed[side] = to_spark_sql(predicate, self.node(node_id).columns)
-        left_id = self.calc(left_id, None, conjoin(to_left), None, purpose=purpose)
-        right_id = self.calc(right_id, None, conjoin(to_right), None, purpose=purpose)
-        return left_id, right_id, pushed
+                pushed[side] = to_spark_sql(predicate, self.node(inputs[side]).columns)
+                inputs[side] = self.calc(inputs[side], None, predicate, None, purpose="filter pushed below a join")
+        return inputs["left"], inputs["right"], pushed
 
     def _comma_condition(
         self, join: exp.Join, scope: Scope, left_width: int, pending: list[exp.Expr]

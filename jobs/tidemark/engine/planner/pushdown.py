@@ -38,6 +38,9 @@ from tidemark.engine.types import SqlType
 #: joins that keep every row of an input apart from those without a partner, by join type
 KEEPS = {"inner": ("left", "right"), "left": ("left",), "right": ("right",), "full": ()}
 
+#: the join type of a JOIN's side keyword
+JOIN_TYPES = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
+
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
 
 
@@ -83,6 +86,18 @@ def cannot_fail(e: exp.Expr, types: Sequence[SqlType | None]) -> bool:
     return all(col_index(o) is not None or isinstance(o, (exp.Literal, exp.Null)) for o in operands) and _same_family(
         operands, types
     )
+
+
+def keeps_left_rows(join: exp.Join) -> bool:
+    """Whether a JOIN after the one being planned keeps that one's rows: a regular inner
+    join or LEFT JOIN emits the rows of its left input that it does not drop for want of a
+    partner with their columns as they were, never NULLs in their place."""
+    if isinstance(join.this, exp.Table) and join.this.args.get("version") is not None:
+        return False  # a lookup join: left as planned
+    if (join.text("kind") or "").upper() not in ("", "INNER", "OUTER"):
+        return False
+    join_type = JOIN_TYPES.get((join.text("side") or "").upper())
+    return join_type is not None and "left" in KEEPS[join_type]
 
 
 def split_for_join(

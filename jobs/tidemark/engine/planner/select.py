@@ -7,6 +7,7 @@ from sqlglot import exp
 
 from tidemark.engine.expressions import UdfCall, col_ref
 from tidemark.engine.planner.graph import NamedQuery, PlanGraph
+from tidemark.engine.planner.pushdown import keeps_left_rows
 from tidemark.engine.planner.rewrite import conjoin, conjuncts, unique_names
 from tidemark.engine.planner.scope import Scope
 from tidemark.engine.sql import describe, position_of, sql_error
@@ -33,15 +34,6 @@ _UNSUPPORTED_SELECT_ARGS = {
     "hint": "query hints",
     "operation_modifiers": "select modifiers",
 }
-
-
-def _keeps_left_rows(join: exp.Join) -> bool:
-    """Whether ``join`` is a regular inner join or LEFT JOIN: those emit the rows of their
-    left input that they do not drop for want of a partner with their columns as they were,
-    never NULLs in their place (``tidemark.engine.planner.pushdown``)."""
-    if isinstance(join.this, exp.Table) and join.this.args.get("version") is not None:
-        return False  # a lookup join: left as planned
-    return (join.text("side") or "").upper() in ("", "LEFT") and (join.text("kind") or "").upper() in ("", "INNER", "OUTER")
 
 
 #: functions refused before their arguments are resolved (see SelectPlanner.resolve)
@@ -178,7 +170,7 @@ class SelectPlanner(PlanGraph):
         joins = sel.args.get("joins") or []
         for k, join in enumerate(joins):
             # a WHERE conjunct may move below this join only if every later join keeps its rows
-            rows_kept = all(_keeps_left_rows(later) for later in joins[k + 1:])
+            rows_kept = all(keeps_left_rows(later) for later in joins[k + 1:])
             node_id = self.join(join, scope, node_id, pending, push_filters=rows_kept)
         return scope, node_id
 
