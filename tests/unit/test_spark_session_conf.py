@@ -67,3 +67,16 @@ def test_a_malformed_override_is_refused_naming_the_variable(monkeypatch, text, 
     with pytest.raises(SparkConfError, match=message) as err:
         conf_from_env()
     assert err.value.exit_status == 2
+
+
+def test_one_machine_collects_with_the_serial_collector_from_a_small_heap(monkeypatch):
+    """The embedded default's JVM holds a few blobs per task: G1 and a 1/64-of-RAM first heap
+    cost resident memory for nothing (docs/benchmarks.md, "The JVM's collector on one machine")."""
+    key = "spark.driver.extraJavaOptions"
+    monkeypatch.delenv(CONF_ENV, raising=False)
+    local = session_conf("local[2]", 2)[key].split()
+    assert local[-3:] == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xms64m"]
+    assert local[0].startswith("-Dlog4j2.configurationFile=")
+    assert "-XX:+UseSerialGC" not in session_conf("spark://master:7077", 2)[key]
+    monkeypatch.setenv(CONF_ENV, f'{{"{key}": "-XX:+UseG1GC"}}')
+    assert session_conf("local[2]", 2)[key] == "-XX:+UseG1GC"  # a user's choice replaces the default

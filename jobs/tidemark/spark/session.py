@@ -58,6 +58,14 @@ LOCAL_CHECKPOINT_FILE_MANAGER = (
 #: Python function, so the workers stay in one pool.
 WORKER_THREADS = ("spark.executorEnv.POLARS_MAX_THREADS", "spark.executorEnv.OMP_NUM_THREADS")
 
+#: the JVM's collector on one machine. There the JVM holds a few blobs per task and the
+#: state stores' handles, a live set of 100-300 MB, while the work is in the Python workers
+#: on the same cores; G1's remembered sets and concurrent threads and a first heap of 1/64
+#: of the machine's memory cost a few hundred MB of resident memory for it. The serial
+#: collector with a small first heap grows the heap only as far as the live set needs
+#: (docs/benchmarks.md, "The JVM's collector on one machine").
+LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC -Xms64m"
+
 
 class SparkConfError(TidemarkError):
     """``$TIDEMARK_SPARK_CONF`` is not a JSON object of setting names to values."""
@@ -225,6 +233,7 @@ def session_conf(
         # executors get Tidemark as the job's archive, which Spark puts on a worker's path
         # after the daemon forked it, so a daemon there could not import the module.
         conf["spark.python.daemon.module"] = WORKER_DAEMON
+        conf["spark.driver.extraJavaOptions"] += f" {LOCAL_JVM_OPTIONS}"
     conf.update(conf_from_env())
     conf.update(extra_conf or {})
     if master.startswith("local"):
