@@ -33,6 +33,7 @@ from paimon_oracle import PaimonTable, normalize_table
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import ADDS, Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.kernels import merge as merge_kernel
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge.options import routing_options
 from tidemark.engine.stages.merge_engine import build_merge_engine
@@ -129,6 +130,11 @@ def agg_case(func: str, arrow: pa.DataType, gen: Callable, extra: dict | None = 
 
 CASES = [
     Case("deduplicate", {}, [("v", pa.string(), word), ("w", INT, small_int)], retracts=True),
+    # a merge option routes the sink to the merge engine stage (and its batch kernel)
+    Case("deduplicate-lookup", {"changelog-producer": "lookup"},
+         [("v", pa.string(), word), ("w", INT, small_int)], retracts=True),
+    Case("deduplicate-ignore-delete", {"ignore-delete": "true"},
+         [("v", pa.string(), word), ("w", INT, small_int)], retracts=True),
     Case("deduplicate-seq", {"sequence.field": "s"},
          [("v", pa.string(), word), ("s", INT, seq)], retracts=True),
     Case("deduplicate-seq-desc", {"sequence.field": "s", "sequence.field.sort-order": "descending"},
@@ -279,7 +285,10 @@ def run_replay(case: Case, batches: list[list[Change]], seed: int) -> dict[tuple
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_same_merged_table_as_paimon(case: Case, seed: int, tmp_path):
+def test_same_merged_table_as_paimon(case: Case, seed: int, tmp_path, monkeypatch):
+    """Directly through the per-key stage, and through SQL and the replay host: as it runs
+    (small batches take the per-key path) and with the batch kernel on every batch it
+    computes (``tidemark.engine.kernels.merge``)."""
     batches = generate(case, seed)
     expected = normalize_table(run_paimon(case, batches, str(tmp_path)), case.map_columns)
     actual = normalize_table(run_tidemark(case, batches, seed), case.map_columns)
@@ -287,3 +296,6 @@ def test_same_merged_table_as_paimon(case: Case, seed: int, tmp_path):
     if sql_for(case) is not None:
         replayed = normalize_table(run_replay(case, batches, seed), case.map_columns)
         assert replayed == expected, f"through SQL and replay; batches: {batches}"
+        monkeypatch.setattr(merge_kernel, "KERNEL_MIN_CHANGES", 0)
+        replayed = normalize_table(run_replay(case, batches, seed), case.map_columns)
+        assert replayed == expected, f"through SQL and replay, batch kernel on; batches: {batches}"

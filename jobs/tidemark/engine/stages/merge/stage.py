@@ -27,11 +27,12 @@ pending). Timers are not stored: they are ``wakeup_ms`` of the rebuilt states.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.changelog import ADDS, Change
-from tidemark.engine.driver import Bucket
+from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.errors import InputError
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge import producers
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tidemark.engine.state_tables import RowType
+
+
+#: ``TIDEMARK_MERGE_KERNEL=0`` runs every merge engine per key (``batch_kernel``)
+KERNEL_ENV = "TIDEMARK_MERGE_KERNEL"
 
 
 class MergeState(NamedTuple):
@@ -92,6 +97,15 @@ class MergeEngineStage:
 
     def key_of(self, change: Change, input_index: int = 0) -> tuple:
         return tuple(change.row[i] for i in self.pk)
+
+    def batch_kernel(self) -> Any:
+        """The polars kernel (``tidemark.engine.kernels.merge``) where it computes what this
+        stage does, unless ``TIDEMARK_MERGE_KERNEL=0`` asks for the per-key path."""
+        from tidemark.engine.kernels import merge
+
+        if os.environ.get(KERNEL_ENV, "1") == "0" or not merge.supports(self):
+            return PerKeyAdapter(self)
+        return merge.MergeKernel(self, min_changes=merge.KERNEL_MIN_CHANGES)
 
     def wakeup_ms(self, state: Any) -> int | None:
         """When the host must call ``process_key`` for this key even without records
@@ -183,6 +197,9 @@ class MergeEngineStage:
 
     def state_to_table(self, bucket: Bucket) -> pa.Table:
         """The bucket's states as the module docstring's table."""
+        stored = getattr(bucket, "table", None)  # a TableBucket nothing has read as a dict
+        if stored is not None:
+            return stored
         from tidemark.engine import state_tables as T
 
         keys, states = list(bucket.states), list(bucket.states.values())
@@ -199,6 +216,16 @@ class MergeEngineStage:
         return T.table(cols)
 
     def state_from_table(self, table: pa.Table) -> Bucket:
+        """Without timers, the stored table as it is: the batch kernel works on it, and the
+        per-key path reads it as a dict on first use (``states_of_table``)."""
+        if self.full:
+            return Bucket.load(self, self.states_of_table(table))
+        from tidemark.engine.kernels.table_bucket import TableBucket
+
+        return TableBucket(table, self.states_of_table)
+
+    def states_of_table(self, table: pa.Table) -> dict[Hashable, MergeState]:
+        """A stored table as the per-key path's state: key -> ``MergeState``."""
         from tidemark.engine import state_tables as T
 
         n = table.num_rows
@@ -209,5 +236,4 @@ class MergeEngineStage:
             T.rows_of(table.column("emitted")) if self.full else [None] * n,
             table.column("dirty_since_ms").to_pylist() if self.full else [None] * n,
         ]
-        states = {key: MergeState(*f) for key, *f in zip(T.rows_of(table.column("key")), *fields)}
-        return Bucket.load(self, states)
+        return {key: MergeState(*f) for key, *f in zip(T.rows_of(table.column("key")), *fields)}

@@ -1,0 +1,301 @@
+"""The merge engine sink (``tidemark.engine.stages.merge``) under the batch contract, for the
+engines whose fold is a choice of one record: ``deduplicate`` (the last record in merge order)
+and ``first-row`` (the first add), without ``sequence.field``, with the ``none``, ``input`` or
+``lookup`` changelog producer. One polars pass per batch; the other engines and producers,
+and the cases below, take the per-key path.
+
+Per key, the per-key stage cancels exact ``+X``/``-X`` pairs, orders what is left together with
+the stored row by (position, retractions before adds), the stored row ahead of a record at its
+own position, and folds. Without a sequence field that order is position arithmetic:
+
+- Cancelling: per distinct row, ``n = min(adds, retractions)``; the ``n`` adds and the ``n``
+  retractions of smallest (position, kind) go. A sort by (position, kind) and a running count
+  per (row, sign) pick them.
+- ``deduplicate``: the last of the key's remaining records, by (position, sign), unless the
+  stored row's position is greater (the stored row then folds last and stays). An add leaves
+  its row, a retraction leaves none.
+- ``first-row``: the stored row if there is one, else the first remaining add.
+- The key's position: the greatest of the stored one and its remaining records'.
+- Emitted, at the key's position, from the row before (``old``) and after (``new``): ``none``
+  an upsert (``+I``, ``+U`` or ``-D``) when they differ; ``lookup`` ``+I``, ``-D`` or a
+  ``-U``/``+U`` pair (none for an unchanged row with ``changelog-producer.row-deduplicate``,
+  and never for ``first-row``); ``input`` the records as received, in the canonical order.
+  A key whose records all cancel emits nothing but its ``input`` records.
+
+The per-key path breaks a tie of two records at one position and sign by the rows' ``repr``.
+Where such a tie decides the fold (the last record of ``deduplicate``, the first add of
+``first-row``), and where a ``first-row`` key gets a retraction (an error the per-key path
+reports), the batch takes the per-key path. So do batches whose columns are not the stage's
+typed columns of types whose Arrow equality is Python's (``state_tables.compares_as_python``:
+no floats, no nested values), changes of weight other than one, stored positions of another
+length than the batch's, and batches of fewer than ``min_changes`` changes.
+
+State: the stage's ``merge-engine/1`` table, read and written as a table (``TableBucket``), so a
+checkpoint is the same whichever path wrote it, and untouched keys cost no Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+import pyarrow as pa
+
+from tidemark.engine.arrow_types import arrow_type
+from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
+from tidemark.engine.batch_columns import pos_columns, position_ranks, positions_as_lists, sorted_table, to_table
+from tidemark.engine.changelog import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from tidemark.engine.driver import Bucket, PerKeyAdapter
+from tidemark.engine.kernels.table_bucket import TableBucket
+from tidemark.engine.stage import BatchContext
+from tidemark.engine.state_tables import POSITION, compares_as_python
+
+if TYPE_CHECKING:
+    from tidemark.engine.stages.merge.stage import MergeEngineStage
+
+#: below this many changes a call costs less per key than the kernel's fixed polars cost
+#: (``tests/bench/bench_merge_kernel.py``)
+KERNEL_MIN_CHANGES = 1500
+ENGINES = ("deduplicate", "first-row")
+PRODUCERS = ("none", "input", "lookup")
+_I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position rank, rank in (row, sign)
+_OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
+_HAS_OLD, _HAS_NEW, _OPR, _NPR = "$has_old", "$has_new", "$opr", "$npr"
+_TOP, _TIES, _FIRST = "$top", "$ties", "$first"
+
+
+def supports(stage: MergeEngineStage) -> bool:
+    """Whether the kernel computes what ``stage`` does (module docstring)."""
+    cfg = stage.cfg
+    return cfg.engine in ENGINES and not cfg.sequence_fields and cfg.producer in PRODUCERS and schema_of(stage) is not None
+
+
+class MergeKernel:
+    """``process_batch`` for a ``MergeEngineStage`` that ``supports`` accepts."""
+
+    def __init__(self, stage: MergeEngineStage, min_changes: int = 0) -> None:
+        """``min_changes``: a smaller batch takes the per-key path (``KERNEL_MIN_CHANGES``)."""
+        self.stage = stage
+        self.name = stage.name
+        self.n_inputs = 1
+        self.min_changes = min_changes
+        self._per_key = PerKeyAdapter(stage)
+        self.schema = schema_of(stage)
+        self.rows = [f"c{i}" for i in range(stage.width)]
+        self.key = [self.rows[i] for i in stage.pk]
+        self.first_row = stage.cfg.engine == "first-row"
+
+    def process_batch(
+        self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
+    ) -> tuple[Bucket, ChangeBatch]:
+        batch = inputs[0]
+        table = self._typed_batch(batch) if len(batch) >= self.min_changes else None
+        stored = self._stored(state) if table is not None else None
+        done = self._run(table, stored, ctx) if stored is not None else None
+        if done is None:
+            return self._per_key.process_batch(inputs, state, ctx)
+        new_state, out, metrics = done
+        for name, n in metrics.items():
+            ctx.metrics[name] += n
+        return new_state, ChangeBatch.from_table(out)
+
+    # ------------------------------------------------------------------ inputs
+
+    def _typed_batch(self, batch: ChangeBatch) -> pa.Table | None:
+        """The batch as a table typed by the stage's columns, or None (per-key path)."""
+        if batch.is_columnar:
+            table = batch.table()
+        elif any(pa.types.is_decimal(t) for t in self.schema.types):
+            return None  # Arrow would rescale a Python Decimal
+        else:
+            try:
+                table = to_table(batch.changes(), self.schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+                return None
+        rows = [c for c in table.column_names if not c.startswith("$")]
+        if [table.schema.field(c).type for c in rows] != list(self.schema.types):
+            return None
+        return table
+
+    def _stored(self, state: Bucket) -> pa.Table | None:
+        """The bucket's stored table, typed as the stage's columns, or None (per-key path).
+        A bucket the per-key path holds as a dict is written as its table first."""
+        table = state.table if isinstance(state, TableBucket) else None
+        if table is None:
+            table = self.stage.state_to_table(state)
+        if table.column("row").type != pa.struct(list(self.schema)) or table.column("row").null_count:
+            return None
+        return table
+
+    # ------------------------------------------------------------------ the arithmetic
+
+    def _run(self, table: pa.Table, stored: pa.Table, ctx: BatchContext) -> tuple[TableBucket, pa.Table, dict] | None:
+        """(new state, emitted batch table, metrics), or None when the batch must take the
+        per-key path (module docstring)."""
+        cfg = self.stage.cfg
+        names = [c for c in table.column_names if not c.startswith("$")]
+        pos = [c for c in table.column_names if c.startswith(POS_PREFIX)]
+        if not pos:
+            return None
+        batch = pl.from_arrow(table).rename(dict(zip(names, self.rows))).with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias(_I)
+        )
+        if batch.height and not (batch[WEIGHT].abs() == 1).all():
+            return None
+        metrics: dict[str, int] = {}
+        if cfg.ignore_delete:
+            kept = batch.filter(pl.col(WEIGHT) > 0)
+            if kept.height < batch.height:
+                metrics["merge_deletes_ignored"] = batch.height - kept.height
+            batch = kept
+        if not batch.height:  # every key keeps its row; an ``input`` producer has nothing to pass on
+            return TableBucket(stored, self.stage.states_of_table), table.slice(0, 0), metrics
+        old = self._touched(stored, batch)
+        ranks = self._ranks(batch.select(pos), old.get_column("pos"), len(pos))
+        if ranks is None:
+            return None
+        batch_ranks, old_ranks, positions = ranks
+        batch = batch.with_columns(batch_ranks.alias(_PR), (pl.col(WEIGHT) > 0).alias(_ADD))
+        effective = self._cancelled(batch)
+        if batch.height > effective.height:
+            metrics["merge_pairs_cancelled"] = (batch.height - effective.height) // 2
+        folded = self._folded(effective)
+        if folded is None:
+            return None
+        first = batch.group_by(self.key).agg(pl.col(_I).min().alias(_FIRST))
+        folded = folded.join(first, on=self.key, nulls_equal=True)
+        keys = self._keys(folded, old.drop("pos").with_columns(old_ranks.alias(_OPR)))
+        emitted = self._emitted(keys, batch, table, positions, pos)
+        return self._new_state(stored, keys, positions), emitted, metrics
+
+    def _touched(self, stored: pa.Table, batch: pl.DataFrame) -> pl.DataFrame:
+        """The stored rows of the keys the batch touches: columns ``c0``..., ``pos``."""
+        rows = pa.Table.from_struct_array(stored.column("row").combine_chunks()).rename_columns(self.rows)
+        old = pl.from_arrow(rows.append_column("pos", stored.column("pos")))
+        return old.join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
+
+    def _ranks(self, batch_pos: pl.DataFrame, stored_pos: pl.Series, width: int) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
+        """Position ranks of the batch's and the stored rows, and the distinct positions in
+        rank order (columns named as the batch's); None when a stored position is longer than
+        the batch's."""
+        if len(stored_pos) and stored_pos.list.len().max() > width:
+            return None
+        cols = pos_columns(width)
+        frame = batch_pos.rename(dict(zip(batch_pos.columns, cols)))
+        if len(stored_pos):
+            stored = pl.DataFrame([stored_pos.list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(cols)])
+            frame = pl.concat([frame, stored.cast(frame.schema)])
+        ranks, positions = position_ranks(frame)
+        return ranks[: batch_pos.height], ranks[batch_pos.height :], positions
+
+    def _cancelled(self, batch: pl.DataFrame) -> pl.DataFrame:
+        """The batch without its exact ``+X``/``-X`` pairs: per distinct row, the ``n`` adds
+        and ``n`` retractions of smallest (position, kind) go."""
+        ranked = batch.sort(_PR, KIND, maintain_order=True).with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).over(*self.rows, _ADD).alias(_N),
+            pl.min_horizontal(pl.col(_ADD).sum().over(self.rows), (~pl.col(_ADD)).sum().over(self.rows)).alias("$pairs"),
+        )
+        return ranked.filter(pl.col(_N) >= pl.col("$pairs")).drop(_N, "$pairs")
+
+    def _folded(self, effective: pl.DataFrame) -> pl.DataFrame | None:
+        """Per key with remaining records: the record the engine keeps (``deduplicate``: the
+        last by (position, sign); ``first-row``: the first add), as ``$new`` columns with its
+        sign, and the greatest position rank; None when a tie decides it or a ``first-row``
+        key has a retraction."""
+        if self.first_row:
+            if not effective.get_column(_ADD).all():
+                return None
+            order = pl.col(_PR)
+            pick = effective.filter(order == order.min().over(self.key))
+        else:
+            order = pl.col(_PR) * 2 + pl.col(_ADD).cast(pl.Int64)
+            pick = effective.filter(order == order.max().over(self.key))
+        if pick.select(pl.len().over(self.key).max()).item(0, 0) not in (None, 1):
+            return None
+        latest = effective.group_by(self.key).agg(pl.col(_PR).max().alias(_NPR))
+        pick = pick.select(*self.key, *(pl.col(c).alias(_NEW + c) for c in self.rows), pl.col(_PR).alias(_TOP), pl.col(_ADD).alias(_HAS_NEW))
+        return latest.join(pick, on=self.key, nulls_equal=True)
+
+    def _keys(self, folded: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame:
+        """Per key with remaining records: the row before (``$old`` columns, ``$has_old``) and
+        after (``$new`` columns, ``$has_new``), and the key's new position rank ``$npr``."""
+        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), pl.col(_OPR), pl.lit(True).alias(_HAS_OLD))
+        keys = folded.join(old, on=self.key, how="left", nulls_equal=True).with_columns(pl.col(_HAS_OLD).fill_null(False))
+        has_old = pl.col(_HAS_OLD)
+        if self.first_row:
+            keep_old = has_old
+        else:
+            keep_old = has_old & (pl.col(_TOP) < pl.col(_OPR))  # the stored row folds last
+        keys = keys.with_columns(
+            *(pl.when(keep_old).then(pl.col(_OLD + c)).otherwise(pl.col(_NEW + c)).alias(_NEW + c) for c in self.rows),
+            pl.when(keep_old).then(True).otherwise(pl.col(_HAS_NEW)).alias(_HAS_NEW),
+            pl.max_horizontal(_NPR, pl.col(_OPR).fill_null(-1)).alias(_NPR),
+        )
+        return keys.sort(_FIRST)
+
+    def _emitted(self, keys: pl.DataFrame, batch: pl.DataFrame, table: pa.Table, positions: pl.DataFrame, pos: list[str]) -> pa.Table:
+        """The changes the producer emits, in the batch's layout and types."""
+        names = [c for c in table.column_names if not c.startswith("$")]
+        if self.stage.producer == "input":
+            records = batch.sort(_I).select(*self.rows, KIND, WEIGHT, *pos).rename(dict(zip(self.rows, names)))
+            return sorted_table(records.to_arrow()).cast(table.schema)
+        has_old, has_new = pl.col(_HAS_OLD), pl.col(_HAS_NEW)
+        same = has_old & has_new & pl.all_horizontal([pl.col(_OLD + c).eq_missing(pl.col(_NEW + c)) for c in self.rows])
+        changed = (has_old | has_new) & ~same
+        if self.stage.producer == "none":
+            parts = [
+                (has_old & ~has_new, _OLD, DELETE, -1),
+                (changed & has_new & ~has_old, _NEW, INSERT, 1),
+                (changed & has_new & has_old, _NEW, UPDATE_AFTER, 1),
+            ]
+        else:
+            differ = ~same if self.stage.dedupe else pl.lit(True)
+            parts = [
+                (has_old & ~has_new, _OLD, DELETE, -1),
+                (has_new & ~has_old, _NEW, INSERT, 1),
+                (has_old & has_new & differ, _OLD, UPDATE_BEFORE, -1),
+                (has_old & has_new & differ, _NEW, UPDATE_AFTER, 1),
+            ]
+        at = positions.with_row_index(_NPR).with_columns(pl.col(_NPR).cast(pl.Int64))
+        keys = keys.with_row_index("$k").join(at, on=_NPR, how="left")
+        out = pl.concat([
+            keys.filter(when).select(
+                "$k", pl.lit(order).alias("$o"), *(pl.col(prefix + c).alias(n) for c, n in zip(self.rows, names)),
+                pl.lit(kind).alias(KIND), pl.lit(weight, pl.Int64).alias(WEIGHT), *positions.columns,
+            )
+            for order, (when, prefix, kind, weight) in enumerate(parts)
+        ]).sort("$k", "$o").drop("$k", "$o")
+        return out.to_arrow().select(table.column_names).cast(table.schema)
+
+    # ------------------------------------------------------------------ outputs
+
+    def _new_state(self, stored: pa.Table, keys: pl.DataFrame, positions: pl.DataFrame) -> TableBucket:
+        """The stored rows of untouched keys, then per touched key its new row (none: the
+        key is forgotten), in the stage's ``merge-engine/1`` layout."""
+        rows = pa.Table.from_struct_array(stored.column("row").combine_chunks()).rename_columns(self.rows)
+        kept = pl.from_arrow(rows).with_row_index("$s").join(keys.select(self.key), on=self.key, how="anti", nulls_equal=True)
+        kept_table = stored.take(pa.array(kept.get_column("$s").to_numpy()))
+        new = keys.filter(pl.col(_HAS_NEW))
+        new_rows = new.select(*(pl.col(_NEW + c).alias(n) for c, n in zip(self.rows, self.schema.names))).to_arrow().cast(self.schema)
+        key_fields = [self.schema.field(i) for i in self.stage.pk]
+        at = positions.select(pl.all().gather(new.get_column(_NPR)))
+        fresh = pa.table({
+            "key": pa.StructArray.from_arrays([new_rows.column(f.name).combine_chunks() for f in key_fields], fields=key_fields),
+            "row": pa.StructArray.from_arrays([c.combine_chunks() for c in new_rows.columns], fields=list(self.schema)),
+            "pos": positions_as_lists(at).to_arrow().cast(POSITION) if new.height else pa.array([], POSITION),
+            "tombstone": pa.nulls(new.height, stored.schema.field("tombstone").type),
+        })
+        table = pa.concat_tables([kept_table, fresh.cast(stored.schema)]) if kept_table.num_rows else fresh.cast(stored.schema)
+        return TableBucket(table, self.stage.states_of_table)
+
+
+def schema_of(stage: MergeEngineStage) -> pa.Schema | None:
+    """The stage's rows as Arrow columns whose equality is Python's; None otherwise."""
+    if stage.columns is None or any(t is None for _, t in stage.columns):
+        return None
+    try:
+        schema = pa.schema([(name, arrow_type(t)) for name, t in stage.columns])
+    except ValueError:
+        return None
+    return schema if all(compares_as_python(t) for t in schema.types) else None

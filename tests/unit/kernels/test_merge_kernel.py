@@ -1,0 +1,200 @@
+"""The merge engine kernel (``deduplicate`` and ``first-row``) against the per-key merge stage.
+
+Equivalence: over random multi-batch inputs (several records of one key in a batch, exact
+``+X``/``-X`` pairs that cancel, records at one position, retractions of keys never stored,
+positions that sort before the stored row's, NULLs, one- and two-column keys) with each
+producer the kernel takes (``none``, ``input``, ``lookup``), ``ignore-delete`` and
+``changelog-producer.row-deduplicate``, the kernel emits per key the same changes in the same
+order as ``PerKeyAdapter``, counts the same metrics and stores the same states. The state goes
+through ``state_codec`` between batches, as on the Spark host, and each batch picks the kernel
+or the per-key path over the same stored state."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidemark.engine import state_codec
+from tidemark.engine.batch import ChangeBatch
+from tidemark.engine.changelog import Change
+from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
+from tidemark.engine.kernels.merge import KERNEL_MIN_CHANGES, MergeKernel, supports
+from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.merge.stage import KERNEL_ENV, MergeEngineStage
+from tidemark.engine.stages.merge_engine import build_merge_engine
+from tidemark.engine.types import parse_type
+
+NAMES = ["id", "grp", "v"]
+TYPES = [parse_type("BIGINT"), parse_type("STRING"), parse_type("INT")]
+SCHEMA = pa.schema([("id", pa.int64()), ("grp", pa.string()), ("v", pa.int32())])
+
+
+def merge(engine: str = "deduplicate", producer: str = "lookup", pk=(0,), **options: str) -> MergeEngineStage:
+    opts = {"merge-engine": engine, "changelog-producer": producer, **options}
+    return build_merge_engine("t", NAMES, pk, opts, input_retracts=engine != "first-row", types=TYPES)
+
+
+def c(kind: str, *row, pos: int | tuple = ()) -> Change:
+    return Change(kind, tuple(row), pos if isinstance(pos, tuple) else (pos,))
+
+
+def per_key_view(stage: MergeEngineStage, changes: list[Change]) -> dict[tuple, list[Change]]:
+    """Each key's changes in emitted order: what a reader of the sink sees of the key."""
+    out: dict[tuple, list[Change]] = defaultdict(list)
+    for ch in changes:
+        out[stage.key_of(ch)].append(ch)
+    return dict(out)
+
+
+class StoredHost:
+    """The stage's bucket stored between batches (``state_codec``), each batch run by the
+    kernel or the per-key adapter; counts the kernel's calls that fell back to per key."""
+
+    def __init__(self, stage: MergeEngineStage) -> None:
+        self.stage = stage
+        self.kernel = MergeKernel(stage)
+        self.per_key = PerKeyAdapter(stage)
+        self.stored: bytes | None = None
+        self.metrics: Counter = Counter()
+        self.fell_back = 0
+        inner = self.kernel._per_key.process_batch
+
+        def counted(*args):
+            self.fell_back += 1
+            return inner(*args)
+
+        self.kernel._per_key.process_batch = counted
+
+    def run(self, batch: ChangeBatch, kernel: bool = True) -> list[Change]:
+        state = state_codec.decode_state(self.stage, self.stored)
+        runner = self.kernel if kernel else self.per_key
+        state, out = runner.process_batch([batch], state, BatchContext(metrics=self.metrics))
+        self.stored = state_codec.encode_state(self.stage, state)
+        return out.changes()
+
+
+def columns(changes: list[Change]) -> ChangeBatch:
+    return ChangeBatch.from_table(ChangeBatch.from_changes(changes, SCHEMA).table())
+
+
+# ---------------------------------------------------------------------- literal cases
+
+
+def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
+    monkeypatch.delenv(KERNEL_ENV, raising=False)
+    for stage in (merge(), merge("first-row", "none"), merge(producer="input")):
+        assert isinstance(batch_stage(stage), MergeKernel)
+        assert batch_stage(stage).min_changes == KERNEL_MIN_CHANGES
+    for stage in (
+        merge(**{"sequence.field": "v"}),
+        merge("partial-update", **{"ignore-delete": "true"}),
+        merge(producer="full-compaction"),
+        build_merge_engine("t", ["id", "x"], (0,), {}, input_retracts=True, types=[parse_type("BIGINT"), parse_type("DOUBLE")]),
+    ):
+        assert not supports(stage) and isinstance(batch_stage(stage), PerKeyAdapter)
+    monkeypatch.setenv(KERNEL_ENV, "0")
+    assert isinstance(batch_stage(merge()), PerKeyAdapter)
+
+
+def test_deduplicate_keeps_the_last_record_and_emits_the_lookup_changelog():
+    host = StoredHost(merge())
+    assert host.run(columns([c("+I", 1, "a", 1, pos=1), c("+I", 1, "b", 2, pos=2), c("+I", 2, "x", 1, pos=3)])) == [
+        c("+I", 1, "b", 2, pos=2),
+        c("+I", 2, "x", 1, pos=3),
+    ]
+    assert host.run(columns([c("-D", 2, "x", 1, pos=5), c("+I", 1, "c", 3, pos=4)])) == [
+        c("-D", 2, "x", 1, pos=5),
+        c("-U", 1, "b", 2, pos=4),
+        c("+U", 1, "c", 3, pos=4),
+    ]
+    assert host.fell_back == 0
+    assert state_codec.decode_state(host.stage, host.stored).states[(1,)].row == (1, "c", 3)
+
+
+def test_an_exact_pair_cancels_and_a_record_before_the_stored_position_loses_to_the_stored_row():
+    host = StoredHost(merge(producer="none"))
+    host.run(columns([c("+I", 1, "a", 1, pos=(1, 9))]))
+    # (0, 5) sorts before the stored (1, 9): the stored row folds last and stays
+    assert host.run(columns([c("+I", 1, "z", 0, pos=(0, 5)), c("+I", 2, "p", 1, pos=(2, 1)), c("-D", 2, "p", 1, pos=(2, 2))])) == []
+    assert host.metrics == Counter({"merge_pairs_cancelled": 1})
+    assert state_codec.decode_state(host.stage, host.stored).states[(1,)].pos == (1, 9)
+    assert host.fell_back == 0
+
+
+def test_first_row_keeps_the_stored_row_and_a_tie_at_the_first_position_takes_the_per_key_path():
+    host = StoredHost(merge("first-row", "lookup"))
+    assert host.run(columns([c("+I", 1, "b", 2, pos=3), c("+I", 1, "a", 1, pos=2)])) == [c("+I", 1, "a", 1, pos=3)]
+    assert host.run(columns([c("+I", 1, "z", 0, pos=1)])) == []
+    assert host.fell_back == 0
+    assert host.run(columns([c("+I", 2, "b", 1, pos=7), c("+I", 2, "a", 1, pos=7)])) == [c("+I", 2, "a", 1, pos=7)]
+    assert host.fell_back == 1  # the tie is the rows' repr's to break
+
+
+def test_the_input_producer_passes_every_record_on_in_the_canonical_order():
+    host = StoredHost(merge(producer="input", **{"ignore-delete": "true"}))
+    got = host.run(columns([c("+I", 2, "b", 1, pos=2), c("-D", 1, "a", 1, pos=1), c("+I", 1, "a", 1, pos=3)]))
+    assert got == [c("+I", 2, "b", 1, pos=2), c("+I", 1, "a", 1, pos=3)]
+    assert host.metrics == Counter({"merge_deletes_ignored": 1})
+
+
+# ---------------------------------------------------------------------- equivalence
+
+POSITIONS = st.one_of(st.integers(0, 6).map(lambda p: (p,)), st.tuples(st.integers(0, 6), st.integers(0, 2)))
+RECORDS = st.lists(
+    st.tuples(
+        st.sampled_from(["+I", "+U", "-U", "-D"]),
+        st.sampled_from([0, 1, 2, None]),  # id
+        st.sampled_from(["a", "b", None]),  # grp
+        st.sampled_from([1, 2, None]),  # v
+        POSITIONS,
+    ),
+    max_size=14,
+)
+CONFIGS = st.sampled_from([
+    ("deduplicate", "none", {}),
+    ("deduplicate", "lookup", {}),
+    ("deduplicate", "lookup", {"changelog-producer.row-deduplicate": "true"}),
+    ("deduplicate", "input", {}),
+    ("deduplicate", "none", {"ignore-delete": "true"}),
+    ("deduplicate", "lookup", {"ignore-delete": "true"}),
+    ("first-row", "none", {"ignore-delete": "true"}),
+    ("first-row", "lookup", {"ignore-delete": "true"}),
+])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(st.tuples(RECORDS, st.booleans(), st.booleans()), min_size=1, max_size=5),
+    pk=st.sampled_from([(0,), (0, 1)]),
+    config=CONFIGS,
+)
+def test_kernel_equals_the_per_key_stage(batches, pk, config):
+    """Per batch: whether the stored host runs the kernel, and whether the batch arrives as
+    Arrow columns (the Spark host's form) or ``Change`` tuples (the replay host's)."""
+    engine, producer, options = config
+    stage = merge(engine, producer, pk=pk, **options)
+    reference, ref_bucket, ref_metrics = PerKeyAdapter(stage), Bucket(), Counter()
+    host = StoredHost(stage)
+    for records, kernel, columnar in batches:
+        changes = [Change(kind, (i, g, v), pos) for kind, i, g, v, pos in records]
+        ref_bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], ref_bucket, BatchContext(metrics=ref_metrics))
+        batch = columns(changes) if columnar else ChangeBatch(changes=list(changes))
+        got = host.run(batch, kernel=kernel)
+        assert per_key_view(stage, got) == per_key_view(stage, want.changes())
+        assert state_codec.decode_state(stage, host.stored).states == ref_bucket.states
+    assert +host.metrics == +ref_metrics
+
+
+def test_stored_state_is_the_same_table_whichever_path_wrote_it():
+    changes = [c("+I", 2, "b", 1, pos=1), c("+I", 1, "a", None, pos=2), c("+U", 2, None, 3, pos=(3, 1))]
+    tables = []
+    for kernel in (True, False):
+        host = StoredHost(merge())
+        host.run(columns(changes), kernel=kernel)
+        tables.append(state_codec.read_table(host.stored))
+    assert tables[0].equals(tables[1])
+    assert tables[0].column_names == ["key", "row", "pos", "tombstone"]
+    assert tables[0].column("pos").to_pylist() == [[3, 1], [2]]
