@@ -23,7 +23,7 @@ from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import PerKeyAdapter
 from tidemark.engine.kernels.normalize import NormalizeKernel
-from tidemark.engine.kernels.normalize import _schema_of as schema_of
+from tidemark.engine.batch_columns import row_schema
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.normalize import Normalize
 from tidemark.engine.types import parse_type
@@ -52,7 +52,7 @@ def main() -> None:
     args = parse_args(__doc__)
     stage = Normalize((0,), len(COLUMNS), name="normalize:s", columns=COLUMNS)
     kernel, per_key = NormalizeKernel(stage), PerKeyAdapter(stage)
-    schema = schema_of(stage)
+    schema = row_schema(stage.columns)
     print(f"per state bucket: decode state, process the batch, encode state; medians of {args.repeats}")
     print(f"{'stored ids':>10} {'changes':>8} {'per-key ms':>11} {'kernel ms':>10} {'speedup':>8}")
     for n_stored, n_changes in SHAPES:

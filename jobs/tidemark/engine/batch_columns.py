@@ -7,16 +7,19 @@ never imports them (see the ``batch`` module docstring).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tidemark.engine.arrow_types import pylist, python_values
+from tidemark.engine.arrow_types import arrow_type, pylist, python_values
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT
 from tidemark.engine.changelog import ADDS, KINDS, Change, Pos
+
+if TYPE_CHECKING:
+    from tidemark.engine.batch import ChangeBatch
 
 _ADD = "$add"
 _TIE = "$tie"
@@ -164,6 +167,36 @@ def consolidated_table(table: pa.Table) -> pa.Table:
 
 
 # ---------------------------------------------------------------------- conversions
+
+
+def row_schema(columns: Sequence[tuple[str, Any]] | None) -> pa.Schema | None:
+    """A stage's ``(name, SQL type)`` columns as an Arrow schema; None when a type is unknown
+    or has no Arrow form (a kernel then leaves the batch to the per-key path)."""
+    if columns is None or any(t is None for _, t in columns):
+        return None
+    try:
+        return pa.schema([(name, arrow_type(t)) for name, t in columns])
+    except ValueError:
+        return None
+
+
+def typed_table(batch: ChangeBatch, schema: pa.Schema) -> pa.Table | None:
+    """``batch`` as a table whose row columns are typed by ``schema``, or None: a batch of
+    other types, ``Change`` tuples whose values do not fit, or tuples holding DECIMALs, whose
+    scale an Arrow column would change."""
+    if batch.is_columnar:
+        table = batch.table()
+    elif any(pa.types.is_decimal(t) for t in schema.types):
+        return None
+    else:
+        try:
+            table = to_table(batch.changes(), schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            return None
+    rows = [c for c in table.column_names if not c.startswith("$")]
+    if [table.schema.field(c).type for c in rows] != list(schema.types):
+        return None
+    return table
 
 
 def to_table(changes: list[Change], schema: pa.Schema | None) -> pa.Table:

@@ -39,12 +39,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import pos_columns, position_ranks, positions_as_lists, sorted_table, to_table
+from tidemark.engine.batch_columns import pos_columns, position_ranks, positions_as_lists, row_schema, sorted_table, typed_table
 from tidemark.engine.changelog import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.kernels.table_bucket import TableBucket
@@ -62,7 +62,7 @@ PRODUCERS = ("none", "input", "lookup")
 _I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position rank, rank in (row, sign)
 _OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
 _HAS_OLD, _HAS_NEW, _OPR, _NPR = "$has_old", "$has_new", "$opr", "$npr"
-_TOP, _TIES, _FIRST = "$top", "$ties", "$first"
+_TOP, _FIRST, _S = "$top", "$first", "$s"  # the kept record's rank, the key's first change, stored row
 
 
 def supports(stage: MergeEngineStage) -> bool:
@@ -90,7 +90,7 @@ class MergeKernel:
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
     ) -> tuple[Bucket, ChangeBatch]:
         batch = inputs[0]
-        table = self._typed_batch(batch) if len(batch) >= self.min_changes else None
+        table = typed_table(batch, self.schema) if len(batch) >= self.min_changes else None
         stored = self._stored(state) if table is not None else None
         done = self._run(table, stored, ctx) if stored is not None else None
         if done is None:
@@ -101,22 +101,6 @@ class MergeKernel:
         return new_state, ChangeBatch.from_table(out)
 
     # ------------------------------------------------------------------ inputs
-
-    def _typed_batch(self, batch: ChangeBatch) -> pa.Table | None:
-        """The batch as a table typed by the stage's columns, or None (per-key path)."""
-        if batch.is_columnar:
-            table = batch.table()
-        elif any(pa.types.is_decimal(t) for t in self.schema.types):
-            return None  # Arrow would rescale a Python Decimal
-        else:
-            try:
-                table = to_table(batch.changes(), self.schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-                return None
-        rows = [c for c in table.column_names if not c.startswith("$")]
-        if [table.schema.field(c).type for c in rows] != list(self.schema.types):
-            return None
-        return table
 
     def _stored(self, state: Bucket) -> pa.Table | None:
         """The bucket's stored table, typed as the stage's columns, or None (per-key path).
@@ -170,9 +154,10 @@ class MergeKernel:
         return self._new_state(stored, keys, positions), emitted, metrics
 
     def _touched(self, stored: pa.Table, batch: pl.DataFrame) -> pl.DataFrame:
-        """The stored rows of the keys the batch touches: columns ``c0``..., ``pos``."""
+        """The stored rows of the keys the batch touches: columns ``c0``..., ``pos`` and the
+        row's index in the stored table."""
         rows = pa.Table.from_struct_array(stored.column("row").combine_chunks()).rename_columns(self.rows)
-        old = pl.from_arrow(rows.append_column("pos", stored.column("pos")))
+        old = pl.from_arrow(rows.append_column("pos", stored.column("pos"))).with_row_index(_S)
         return old.join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
 
     def _ranks(self, batch_pos: pl.DataFrame, stored_pos: pl.Series, width: int) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
@@ -220,7 +205,7 @@ class MergeKernel:
     def _keys(self, folded: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame:
         """Per key with remaining records: the row before (``$old`` columns, ``$has_old``) and
         after (``$new`` columns, ``$has_new``), and the key's new position rank ``$npr``."""
-        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), pl.col(_OPR), pl.lit(True).alias(_HAS_OLD))
+        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), _OPR, _S, pl.lit(True).alias(_HAS_OLD))
         keys = folded.join(old, on=self.key, how="left", nulls_equal=True).with_columns(pl.col(_HAS_OLD).fill_null(False))
         has_old = pl.col(_HAS_OLD)
         if self.first_row:
@@ -273,9 +258,9 @@ class MergeKernel:
     def _new_state(self, stored: pa.Table, keys: pl.DataFrame, positions: pl.DataFrame) -> TableBucket:
         """The stored rows of untouched keys, then per touched key its new row (none: the
         key is forgotten), in the stage's ``merge-engine/1`` layout."""
-        rows = pa.Table.from_struct_array(stored.column("row").combine_chunks()).rename_columns(self.rows)
-        kept = pl.from_arrow(rows).with_row_index("$s").join(keys.select(self.key), on=self.key, how="anti", nulls_equal=True)
-        kept_table = stored.take(pa.array(kept.get_column("$s").to_numpy()))
+        kept = np.ones(stored.num_rows, dtype=bool)
+        kept[keys.get_column(_S).drop_nulls().to_numpy()] = False
+        kept_table = stored.filter(pa.array(kept))
         new = keys.filter(pl.col(_HAS_NEW))
         new_rows = new.select(*(pl.col(_NEW + c).alias(n) for c, n in zip(self.rows, self.schema.names))).to_arrow().cast(self.schema)
         key_fields = [self.schema.field(i) for i in self.stage.pk]
@@ -292,10 +277,5 @@ class MergeKernel:
 
 def schema_of(stage: MergeEngineStage) -> pa.Schema | None:
     """The stage's rows as Arrow columns whose equality is Python's; None otherwise."""
-    if stage.columns is None or any(t is None for _, t in stage.columns):
-        return None
-    try:
-        schema = pa.schema([(name, arrow_type(t)) for name, t in stage.columns])
-    except ValueError:
-        return None
-    return schema if all(compares_as_python(t) for t in schema.types) else None
+    schema = row_schema(stage.columns)
+    return schema if schema is not None and all(compares_as_python(t) for t in schema.types) else None

@@ -42,9 +42,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 import pyarrow as pa
 
-from tidemark.engine.arrow_types import arrow_type
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import sorted_table, to_table
+from tidemark.engine.batch_columns import row_schema, sorted_table, typed_table
 from tidemark.engine.changelog import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.kernels.table_bucket import TableBucket
@@ -79,7 +78,7 @@ class NormalizeKernel:
         self.name = stage.name
         self.n_inputs = 1
         self._per_key = PerKeyAdapter(stage)
-        self.schema = _schema_of(stage)
+        self.schema = row_schema(stage.columns)
         self.rows = [f"c{i}" for i in range(stage.width)]
         self.key = [self.rows[i] for i in stage.pk]
         compared = stage.compared if stage.compared is not None else range(stage.width)
@@ -111,21 +110,7 @@ class NormalizeKernel:
 
     def _typed_batch(self, batch: ChangeBatch) -> pa.Table | None:
         """The batch as a table typed by the stage's columns, or None (per-key path)."""
-        if self.schema is None:
-            return None
-        if batch.is_columnar:
-            table = batch.table()
-        elif any(pa.types.is_decimal(t) for t in self.schema.types):
-            return None
-        else:
-            try:
-                table = to_table(batch.changes(), self.schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-                return None
-        rows = [c for c in table.column_names if not c.startswith("$")]
-        if [table.schema.field(c).type for c in rows] != list(self.schema.types):
-            return None
-        return table
+        return typed_table(batch, self.schema) if self.schema is not None else None
 
     def _stored(self, state: Bucket) -> pl.DataFrame | None:
         """The bucket's rows as columns ``c0``...; None when they are not typed as the
@@ -213,12 +198,3 @@ class NormalizeKernel:
         table = out.select(*self.rows, KIND, WEIGHT, *pos).to_arrow().rename_columns([*names, KIND, WEIGHT, *pos])
         return table.cast(batch.schema)
 
-
-def _schema_of(stage: Normalize) -> pa.Schema | None:
-    """The stage's rows as Arrow columns; None when a type is unknown or has no Arrow form."""
-    if stage.columns is None or any(t is None for _, t in stage.columns):
-        return None
-    try:
-        return pa.schema([(name, arrow_type(t)) for name, t in stage.columns])
-    except ValueError:
-        return None
