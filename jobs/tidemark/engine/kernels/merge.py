@@ -177,6 +177,8 @@ class MergeKernel:
     def _cancelled(self, batch: pl.DataFrame) -> pl.DataFrame:
         """The batch without its exact ``+X``/``-X`` pairs: per distinct row, the ``n`` adds
         and ``n`` retractions of smallest (position, kind) go."""
+        if batch.get_column(_ADD).all() or not batch.get_column(_ADD).any():  # one sign: no pairs
+            return batch
         ranked = batch.sort(_PR, KIND, maintain_order=True).with_columns(
             pl.int_range(pl.len(), dtype=pl.Int64).over(*self.rows, _ADD).alias(_N),
             pl.min_horizontal(pl.col(_ADD).sum().over(self.rows), (~pl.col(_ADD)).sum().over(self.rows)).alias("$pairs"),
@@ -243,14 +245,14 @@ class MergeKernel:
                 (has_old & has_new & differ, _NEW, UPDATE_AFTER, 1),
             ]
         at = positions.with_row_index(_NPR).with_columns(pl.col(_NPR).cast(pl.Int64))
-        keys = keys.with_row_index("$k").join(at, on=_NPR, how="left")
+        keys = keys.lazy().with_row_index("$k").join(at.lazy(), on=_NPR, how="left")
         out = pl.concat([
             keys.filter(when).select(
                 "$k", pl.lit(order).alias("$o"), *(pl.col(prefix + c).alias(n) for c, n in zip(self.rows, names)),
                 pl.lit(kind).alias(KIND), pl.lit(weight, pl.Int64).alias(WEIGHT), *positions.columns,
             )
             for order, (when, prefix, kind, weight) in enumerate(parts)
-        ]).sort("$k", "$o").drop("$k", "$o")
+        ]).sort("$k", "$o").drop("$k", "$o").collect()
         return out.to_arrow().select(table.column_names).cast(table.schema)
 
     # ------------------------------------------------------------------ outputs
