@@ -27,7 +27,12 @@ def kafka_bootstrap() -> Iterator[str]:
         yield explicit
         return
     with embedded_broker() as bootstrap:
-        yield bootstrap
+        try:
+            yield bootstrap
+        finally:  # consumers this process kept between ranges, before their broker stops
+            from tidemark.spark.source import close_idle_consumers
+
+            close_idle_consumers()
 
 
 @pytest.fixture
