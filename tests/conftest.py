@@ -27,12 +27,7 @@ def kafka_bootstrap() -> Iterator[str]:
         yield explicit
         return
     with embedded_broker() as bootstrap:
-        try:
-            yield bootstrap
-        finally:  # consumers this process kept between ranges, before their broker stops
-            from tidemark.spark.source import close_idle_consumers
-
-            close_idle_consumers()
+        yield bootstrap
 
 
 @pytest.fixture

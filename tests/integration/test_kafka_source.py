@@ -12,14 +12,10 @@ from pyspark.sql.types import StructType
 
 from tidemark.spark.source import (
     FETCH_MAX_BYTES,
-    KEPT_CONSUMERS,
     KafkaStreamReader,
-    close_idle_consumers,
     consumer_config,
-    idle_consumers,
     plan_limit,
     range_consumer_config,
-    read_chunks,
     read_range,
     read_stream,
 )
@@ -59,12 +55,9 @@ def test_a_fetch_is_bounded_unless_a_client_setting_needs_more():
     assert consumer_config({**options, "kafka.fetch.max.bytes": "2097152"})["fetch.max.bytes"] == "2097152"
 
 
-def test_a_range_consumer_queues_about_its_range():
-    """Rounded up to a power of two: ranges of nearly one size share a kept consumer."""
+def test_a_range_consumer_queues_no_more_than_its_range():
     conf = consumer_config({"bootstrap.servers": "b:9092"})
-    assert range_consumer_config(conf, 22_000)["queued.min.messages"] == 32_768
-    assert range_consumer_config(conf, 21_000)["queued.min.messages"] == 32_768
-    assert range_consumer_config(conf, 16_384)["queued.min.messages"] == 16_384
+    assert range_consumer_config(conf, 22_000)["queued.min.messages"] == 22_000
     assert range_consumer_config(conf, 10**8)["queued.min.messages"] == 100_000  # librdkafka's default
     assert range_consumer_config(conf, 0)["queued.min.messages"] == 1
     mine = {**conf, "queued.min.messages": 7}
@@ -83,37 +76,6 @@ def test_a_range_in_the_middle_of_a_partition_is_read_exactly(kafka_bootstrap, m
     conf = consumer_config({"bootstrap.servers": kafka_bootstrap, **client})
     offsets = [record[2] for record in read_range(conf, topic, 0, 5_000, 25_000)]
     assert offsets == list(range(5_000, 25_000))
-
-
-def test_consumers_kept_between_ranges_read_each_range_exactly(kafka_bootstrap, make_topic):
-    """A worker reads a range per task with a consumer it keeps, unassigned in between:
-    later ranges, earlier ones (a retried batch), the same one again, another partition,
-    a range whose reader stops early, and two ranges read at once, each record of a range
-    once and none outside it; the process keeps at most ``KEPT_CONSUMERS`` idle."""
-    topic = make_topic(partitions=2)
-    produce(kafka_bootstrap, topic, 40_000, 2)
-    conf = consumer_config({"bootstrap.servers": kafka_bootstrap})
-
-    def offsets(part: int, start: int, end: int) -> list[int]:
-        return [m.offset() for chunk in read_chunks(conf, topic, part, start, end) for m in chunk]
-
-    for part, start, end in [(0, 0, 5_000), (0, 5_000, 10_000), (0, 1_000, 6_000), (0, 1_000, 6_000), (1, 300, 9_000), (0, 19_990, 20_000)]:
-        assert offsets(part, start, end) == list(range(start, end))
-    early = read_chunks(conf, topic, 1, 0, 10_000)
-    next(early)
-    early.close()
-    assert offsets(1, 9_000, 9_500) == list(range(9_000, 9_500))
-    first, second = read_chunks(conf, topic, 0, 0, 8_000), read_chunks(conf, topic, 1, 100, 8_100)
-    got: tuple[list[int], list[int]] = ([], [])
-    for a, b in zip(first, second):
-        got[0].extend(m.offset() for m in a)
-        got[1].extend(m.offset() for m in b)
-    got[0].extend(m.offset() for chunk in first for m in chunk)
-    got[1].extend(m.offset() for chunk in second for m in chunk)
-    assert got == (list(range(0, 8_000)), list(range(100, 8_100)))
-    assert 1 <= idle_consumers() <= KEPT_CONSUMERS
-    close_idle_consumers()
-    assert idle_consumers() == 0
 
 
 def test_a_backlog_of_full_batches_is_planned_without_asking_the_broker_again(kafka_bootstrap, make_topic):

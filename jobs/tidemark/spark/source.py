@@ -462,120 +462,61 @@ def read_range(
 
 
 def range_consumer_config(conf: dict[str, Any], records: int) -> dict[str, Any]:
-    """``conf`` for a consumer that reads ranges of about ``records`` offsets: it queues no
-    more than about a range ahead of its reader (librdkafka's default, 100,000 records,
-    fetches and parses past a range's end while the range is being read), unless a client
-    setting says otherwise. The bound is rounded up to a power of two, so that ranges of
-    nearly one size share a kept consumer (``read_chunks``)."""
+    """``conf`` for a consumer that reads ``records`` offsets and closes: it queues no more
+    than the range ahead of its reader (librdkafka's default, 100,000 records, fetches and
+    parses past a range's end while the range is being read), unless a client setting says
+    otherwise."""
     if "queued.min.messages" in conf:
         return conf
-    bound = 1 << (records - 1).bit_length() if records > 1 else 1
-    return {**conf, "queued.min.messages": min(bound, QUEUED_MIN_MESSAGES_MAX)}
-
-
-#: idle consumers a process keeps between the ranges it reads, by configuration, the most
-#: recently used last (``read_chunks``); beyond ``KEPT_CONSUMERS`` the oldest is closed
-_IDLE_CONSUMERS: dict[tuple, list[Any]] = {}
-KEPT_CONSUMERS = 4
-
-
-def _take_consumer(key: tuple, conf: dict[str, Any]) -> Any:
-    """An idle consumer of ``conf``, or a new one: a consumer reads one range at a time."""
-    idle = _IDLE_CONSUMERS.get(key)
-    if idle:
-        return idle.pop()
-    from confluent_kafka import Consumer
-
-    return Consumer(conf)
-
-
-def idle_consumers() -> int:
-    """The consumers this process keeps idle between ranges."""
-    return sum(map(len, _IDLE_CONSUMERS.values()))
-
-
-def close_idle_consumers() -> None:
-    """Close the consumers this process keeps between ranges (a reader of a broker about to
-    go away, or a process about to end)."""
-    while _IDLE_CONSUMERS:
-        for consumer in _IDLE_CONSUMERS.popitem()[1]:
-            consumer.close()
-
-
-def _give_back(key: tuple, consumer: Any) -> None:
-    consumer.unassign()
-    _IDLE_CONSUMERS[key] = [*_IDLE_CONSUMERS.pop(key, []), consumer]
-    while idle_consumers() > KEPT_CONSUMERS:
-        oldest = next(iter(_IDLE_CONSUMERS))
-        _IDLE_CONSUMERS[oldest].pop(0).close()
-        if not _IDLE_CONSUMERS[oldest]:
-            del _IDLE_CONSUMERS[oldest]
+    return {**conf, "queued.min.messages": min(max(records, 1), QUEUED_MIN_MESSAGES_MAX)}
 
 
 def read_chunks(
     conf: dict[str, Any], topic: str, partition: int, start: int, end: int, stall_timeout_s: float = STALL_TIMEOUT_S
 ) -> Iterator[list[Any]]:
-    """``read_range``'s records as the consumer's messages, a list per fetch.
+    """``read_range``'s records as the consumer's messages, a list per fetch."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    The consumer outlives the range: a Python worker reads a range per task, batch after
-    batch, and a new consumer's start (its threads, the broker connection, the metadata)
-    took more CPU than reading a range of 22,000 small records (docs/benchmarks.md, "The
-    source's consumers kept between ranges"). Between ranges it holds no assignment, so it
-    fetches nothing while the worker runs other stages. One that failed is closed, not kept."""
-    conf = range_consumer_config(conf, end - start)
-    key = tuple(sorted((k, repr(v)) for k, v in conf.items()))
-    consumer = _take_consumer(key, conf)
+    consumer = Consumer(range_consumer_config(conf, end - start))
     try:
-        yield from _assigned_range(consumer, topic, partition, start, end, stall_timeout_s)
-    except GeneratorExit:
-        _give_back(key, consumer)
-        raise
-    except BaseException:
+        tp = TopicPartition(topic, partition, start)
+        consumer.assign([tp])
+        position = start
+        last_progress = time.monotonic()
+        while position < end:
+            # ask for no more than the range holds, so the call returns as soon as it is read
+            messages = consumer.consume(num_messages=max(1, min(5000, end - position)), timeout=0.5)
+            moved = False
+            chunk = []
+            for m in messages:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaSourceError(f"reading {topic}[{partition}] at {position}: {err.str()}")
+                off = m.offset()
+                if off >= end:
+                    position = end
+                    break
+                if off >= position:
+                    position = off + 1
+                    moved = True
+                    chunk.append(m)
+            if chunk:
+                yield chunk
+            if position < end:
+                pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if pos > position:
+                    position, moved = pos, True
+            if moved:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise KafkaSourceError(
+                    f"no progress reading {topic}[{partition}] offsets [{start}, {end}) for "
+                    f"{stall_timeout_s:.0f}s (stuck at {position})"
+                )
+    finally:
         consumer.close()
-        raise
-    _give_back(key, consumer)
-
-
-def _assigned_range(
-    consumer: Any, topic: str, partition: int, start: int, end: int, stall_timeout_s: float
-) -> Iterator[list[Any]]:
-    from confluent_kafka import KafkaError, TopicPartition
-
-    consumer.assign([TopicPartition(topic, partition, start)])
-    position = start
-    last_progress = time.monotonic()
-    while position < end:
-        # ask for no more than the range holds, so the call returns as soon as it is read
-        messages = consumer.consume(num_messages=max(1, min(5000, end - position)), timeout=0.5)
-        moved = False
-        chunk = []
-        for m in messages:
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaSourceError(f"reading {topic}[{partition}] at {position}: {err.str()}")
-            off = m.offset()
-            if off >= end:
-                position = end
-                break
-            if off >= position:
-                position = off + 1
-                moved = True
-                chunk.append(m)
-        if chunk:
-            yield chunk
-        if position < end:
-            pos = consumer.position([TopicPartition(topic, partition)])[0].offset
-            if pos > position:
-                position, moved = pos, True
-        if moved:
-            last_progress = time.monotonic()
-        elif time.monotonic() - last_progress > stall_timeout_s:
-            raise KafkaSourceError(
-                f"no progress reading {topic}[{partition}] offsets [{start}, {end}) for "
-                f"{stall_timeout_s:.0f}s (stuck at {position})"
-            )
 
 
 class KafkaSource(DataSource):
