@@ -13,16 +13,11 @@ Run:  .venv/bin/python tests/bench/bench_merge_kernel.py [--repeats 5]
 from __future__ import annotations
 
 import random
-from collections import Counter
 
-from kernel_bench import alternating_medians, parse_args
+from kernel_bench import parse_args, per_key_and_kernel
 
-from tidemark.engine import state_codec
-from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.driver import PerKeyAdapter
 from tidemark.engine.kernels.merge import MergeKernel, schema_of
-from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge_engine import build_merge_engine
 from tidemark.engine.types import parse_type
 
@@ -55,15 +50,12 @@ def main() -> None:
     print(f"{'engine, options':<50} {'stored':>7} {'changes':>8} {'per-key ms':>11} {'kernel ms':>10} {'speedup':>8}")
     for engine, options, retracts in CONFIGS:
         stage = build_merge_engine("t", NAMES, (0,), {"merge-engine": engine, **options}, retracts, types=TYPES)
-        kernel, per_key = MergeKernel(stage), PerKeyAdapter(stage)
+        kernel = MergeKernel(stage)
         schema = schema_of(stage)
         label = f"{engine} {', '.join(f'{k}={v}' for k, v in options.items())}"
         for n_stored, n_changes in SHAPES:
             warm, changes = workload(n_stored, n_changes, args.seed)
-            state, _ = per_key.process_batch([ChangeBatch.from_changes(warm, schema)], state_codec.empty_state(stage), BatchContext(metrics=Counter()))
-            stored = state_codec.encode_state(stage, state)
-            table = ChangeBatch.from_changes(changes, schema).table()
-            pk_s, k_s = alternating_medians(per_key, kernel, stage, stored, lambda: ChangeBatch.from_table(table), args.repeats)
+            pk_s, k_s = per_key_and_kernel(stage, kernel, schema, warm, changes, args.repeats)
             print(f"{label:<50} {n_stored:>7} {n_changes:>8} {pk_s * 1e3:>11.2f} {k_s * 1e3:>10.2f} {pk_s / k_s:>7.2f}x")
 
 

@@ -13,18 +13,13 @@ Run:  .venv/bin/python tests/bench/bench_normalize_kernel.py [--repeats 5]
 from __future__ import annotations
 
 import random
-from collections import Counter
 from decimal import Decimal
 
-from kernel_bench import alternating_medians, parse_args
+from kernel_bench import parse_args, per_key_and_kernel
 
-from tidemark.engine import state_codec
-from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
-from tidemark.engine.driver import PerKeyAdapter
 from tidemark.engine.kernels.normalize import NormalizeKernel
 from tidemark.engine.batch_columns import row_schema
-from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.normalize import Normalize
 from tidemark.engine.types import parse_type
 
@@ -51,16 +46,13 @@ def workload(stored: int, n_changes: int, seed: int) -> tuple[list[Change], list
 def main() -> None:
     args = parse_args(__doc__)
     stage = Normalize((0,), len(COLUMNS), name="normalize:s", columns=COLUMNS)
-    kernel, per_key = NormalizeKernel(stage), PerKeyAdapter(stage)
+    kernel = NormalizeKernel(stage)
     schema = row_schema(stage.columns)
     print(f"per state bucket: decode state, process the batch, encode state; medians of {args.repeats}")
     print(f"{'stored ids':>10} {'changes':>8} {'per-key ms':>11} {'kernel ms':>10} {'speedup':>8}")
     for n_stored, n_changes in SHAPES:
         warm, changes = workload(n_stored, n_changes, args.seed)
-        state, _ = per_key.process_batch([ChangeBatch.from_changes(warm, schema)], state_codec.empty_state(stage), BatchContext(metrics=Counter()))
-        stored = state_codec.encode_state(stage, state)
-        table = ChangeBatch.from_changes(changes, schema).table()
-        pk_s, k_s = alternating_medians(per_key, kernel, stage, stored, lambda: ChangeBatch.from_table(table), args.repeats)
+        pk_s, k_s = per_key_and_kernel(stage, kernel, schema, warm, changes, args.repeats)
         print(f"{n_stored:>10} {n_changes:>8} {pk_s * 1e3:>11.2f} {k_s * 1e3:>10.2f} {pk_s / k_s:>7.2f}x")
 
 

@@ -44,3 +44,15 @@ def alternating_medians(
         a.append(timed_bucket_call(first, stage, stored, batch()))
         b.append(timed_bucket_call(second, stage, stored, batch()))
     return statistics.median(a), statistics.median(b)
+
+
+def per_key_and_kernel(stage: Any, kernel: Any, schema: Any, warm: list, changes: list, repeats: int) -> tuple[float, float]:
+    """Median seconds of the per-key path and of ``kernel`` on one stored bucket: the bucket
+    holds what ``warm`` leaves (run per key), the batch is ``changes`` as Arrow columns."""
+    from tidemark.engine.driver import PerKeyAdapter
+
+    per_key = PerKeyAdapter(stage)
+    state, _ = per_key.process_batch([ChangeBatch.from_changes(warm, schema)], state_codec.empty_state(stage), BatchContext(metrics=Counter()))
+    stored = state_codec.encode_state(stage, state)
+    table = ChangeBatch.from_changes(changes, schema).table()
+    return alternating_medians(per_key, kernel, stage, stored, lambda: ChangeBatch.from_table(table), repeats)

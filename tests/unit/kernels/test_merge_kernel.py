@@ -11,11 +11,12 @@ or the per-key path over the same stored state."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kernel_harness import RECORDS, StoredHost, c, per_key_view
 
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
@@ -37,43 +38,8 @@ def merge(engine: str = "deduplicate", producer: str = "lookup", pk=(0,), **opti
     return build_merge_engine("t", NAMES, pk, opts, input_retracts=engine != "first-row", types=TYPES)
 
 
-def c(kind: str, *row, pos: int | tuple = ()) -> Change:
-    return Change(kind, tuple(row), pos if isinstance(pos, tuple) else (pos,))
-
-
-def per_key_view(stage: MergeEngineStage, changes: list[Change]) -> dict[tuple, list[Change]]:
-    """Each key's changes in emitted order: what a reader of the sink sees of the key."""
-    out: dict[tuple, list[Change]] = defaultdict(list)
-    for ch in changes:
-        out[stage.key_of(ch)].append(ch)
-    return dict(out)
-
-
-class StoredHost:
-    """The stage's bucket stored between batches (``state_codec``), each batch run by the
-    kernel or the per-key adapter; counts the kernel's calls that fell back to per key."""
-
-    def __init__(self, stage: MergeEngineStage) -> None:
-        self.stage = stage
-        self.kernel = MergeKernel(stage)
-        self.per_key = PerKeyAdapter(stage)
-        self.stored: bytes | None = None
-        self.metrics: Counter = Counter()
-        self.fell_back = 0
-        inner = self.kernel._per_key.process_batch
-
-        def counted(*args):
-            self.fell_back += 1
-            return inner(*args)
-
-        self.kernel._per_key.process_batch = counted
-
-    def run(self, batch: ChangeBatch, kernel: bool = True) -> list[Change]:
-        state = state_codec.decode_state(self.stage, self.stored)
-        runner = self.kernel if kernel else self.per_key
-        state, out = runner.process_batch([batch], state, BatchContext(metrics=self.metrics))
-        self.stored = state_codec.encode_state(self.stage, state)
-        return out.changes()
+def stored_host(stage: MergeEngineStage) -> StoredHost:
+    return StoredHost(stage, MergeKernel(stage))
 
 
 def columns(changes: list[Change]) -> ChangeBatch:
@@ -100,7 +66,7 @@ def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
 
 
 def test_deduplicate_keeps_the_last_record_and_emits_the_lookup_changelog():
-    host = StoredHost(merge())
+    host = stored_host(merge())
     assert host.run(columns([c("+I", 1, "a", 1, pos=1), c("+I", 1, "b", 2, pos=2), c("+I", 2, "x", 1, pos=3)])) == [
         c("+I", 1, "b", 2, pos=2),
         c("+I", 2, "x", 1, pos=3),
@@ -115,7 +81,7 @@ def test_deduplicate_keeps_the_last_record_and_emits_the_lookup_changelog():
 
 
 def test_an_exact_pair_cancels_and_a_record_before_the_stored_position_loses_to_the_stored_row():
-    host = StoredHost(merge(producer="none"))
+    host = stored_host(merge(producer="none"))
     host.run(columns([c("+I", 1, "a", 1, pos=(1, 9))]))
     # (0, 5) sorts before the stored (1, 9): the stored row folds last and stays
     assert host.run(columns([c("+I", 1, "z", 0, pos=(0, 5)), c("+I", 2, "p", 1, pos=(2, 1)), c("-D", 2, "p", 1, pos=(2, 2))])) == []
@@ -125,7 +91,7 @@ def test_an_exact_pair_cancels_and_a_record_before_the_stored_position_loses_to_
 
 
 def test_first_row_keeps_the_stored_row_and_a_tie_at_the_first_position_takes_the_per_key_path():
-    host = StoredHost(merge("first-row", "lookup"))
+    host = stored_host(merge("first-row", "lookup"))
     assert host.run(columns([c("+I", 1, "b", 2, pos=3), c("+I", 1, "a", 1, pos=2)])) == [c("+I", 1, "a", 1, pos=3)]
     assert host.run(columns([c("+I", 1, "z", 0, pos=1)])) == []
     assert host.fell_back == 0
@@ -134,7 +100,7 @@ def test_first_row_keeps_the_stored_row_and_a_tie_at_the_first_position_takes_th
 
 
 def test_the_input_producer_passes_every_record_on_in_the_canonical_order():
-    host = StoredHost(merge(producer="input", **{"ignore-delete": "true"}))
+    host = stored_host(merge(producer="input", **{"ignore-delete": "true"}))
     got = host.run(columns([c("+I", 2, "b", 1, pos=2), c("-D", 1, "a", 1, pos=1), c("+I", 1, "a", 1, pos=3)]))
     assert got == [c("+I", 2, "b", 1, pos=2), c("+I", 1, "a", 1, pos=3)]
     assert host.metrics == Counter({"merge_deletes_ignored": 1})
@@ -142,17 +108,6 @@ def test_the_input_producer_passes_every_record_on_in_the_canonical_order():
 
 # ---------------------------------------------------------------------- equivalence
 
-POSITIONS = st.one_of(st.integers(0, 6).map(lambda p: (p,)), st.tuples(st.integers(0, 6), st.integers(0, 2)))
-RECORDS = st.lists(
-    st.tuples(
-        st.sampled_from(["+I", "+U", "-U", "-D"]),
-        st.sampled_from([0, 1, 2, None]),  # id
-        st.sampled_from(["a", "b", None]),  # grp
-        st.sampled_from([1, 2, None]),  # v
-        POSITIONS,
-    ),
-    max_size=14,
-)
 CONFIGS = st.sampled_from([
     ("deduplicate", "none", {}),
     ("deduplicate", "lookup", {}),
@@ -177,7 +132,7 @@ def test_kernel_equals_the_per_key_stage(batches, pk, config):
     engine, producer, options = config
     stage = merge(engine, producer, pk=pk, **options)
     reference, ref_bucket, ref_metrics = PerKeyAdapter(stage), Bucket(), Counter()
-    host = StoredHost(stage)
+    host = stored_host(stage)
     for records, kernel, columnar in batches:
         changes = [Change(kind, (i, g, v), pos) for kind, i, g, v, pos in records]
         ref_bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], ref_bucket, BatchContext(metrics=ref_metrics))
@@ -192,7 +147,7 @@ def test_stored_state_is_the_same_table_whichever_path_wrote_it():
     changes = [c("+I", 2, "b", 1, pos=1), c("+I", 1, "a", None, pos=2), c("+U", 2, None, 3, pos=(3, 1))]
     tables = []
     for kernel in (True, False):
-        host = StoredHost(merge())
+        host = stored_host(merge())
         host.run(columns(changes), kernel=kernel)
         tables.append(state_codec.read_table(host.stored))
     assert tables[0].equals(tables[1])

@@ -10,13 +10,14 @@ same stored state, so a checkpoint written by either is read by the other."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from decimal import Decimal
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kernel_harness import RECORDS, StoredHost, c, per_key_view
 
 from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
@@ -34,35 +35,8 @@ def normalize(pk=(0,), compared=None, columns=COLUMNS) -> Normalize:
     return Normalize(pk, len(columns), name="normalize:t", columns=columns, compared=compared)
 
 
-def c(kind: str, *row, pos: int | tuple = ()) -> Change:
-    return Change(kind, tuple(row), pos if isinstance(pos, tuple) else (pos,))
-
-
-def per_key_view(stage: Normalize, changes: list[Change]) -> dict[tuple, list[Change]]:
-    """Each key's changes in emitted order: what downstream stages see of the key."""
-    out: dict[tuple, list[Change]] = defaultdict(list)
-    for ch in changes:
-        out[stage.key_of(ch)].append(ch)
-    return dict(out)
-
-
-class StoredHost:
-    """A stage whose bucket is stored between batches (``state_codec``), run by the kernel
-    or the per-key adapter as each batch asks."""
-
-    def __init__(self, stage: Normalize) -> None:
-        self.stage = stage
-        self.kernel = NormalizeKernel(stage)
-        self.per_key = PerKeyAdapter(stage)
-        self.stored: bytes | None = None
-        self.metrics: Counter = Counter()
-
-    def run(self, batch: ChangeBatch, kernel: bool = True) -> list[Change]:
-        state = state_codec.decode_state(self.stage, self.stored)
-        runner = self.kernel if kernel else self.per_key
-        state, out = runner.process_batch([batch], state, BatchContext(metrics=self.metrics))
-        self.stored = state_codec.encode_state(self.stage, state)
-        return out.changes()
+def stored_host(stage: Normalize) -> StoredHost:
+    return StoredHost(stage, NormalizeKernel(stage))
 
 
 # ---------------------------------------------------------------------- literal cases
@@ -79,7 +53,7 @@ def test_the_kernel_is_what_the_stage_runs_unless_turned_off(monkeypatch):
 
 
 def test_record_by_record_within_a_batch():
-    host = StoredHost(normalize())
+    host = stored_host(normalize())
     assert host.run(ChangeBatch(changes=[c("+I", 1, "a", 1, pos=1)])) == [c("+I", 1, "a", 1, pos=1)]
     out = host.run(ChangeBatch(changes=[
         c("+U", 1, "b", 2, pos=3), c("-D", 1, "x", 0, pos=4), c("+I", 1, "a", 1, pos=2),  # arrival order is not position order
@@ -94,7 +68,7 @@ def test_record_by_record_within_a_batch():
 
 
 def test_an_upsert_equal_on_the_compared_columns_keeps_the_stored_row():
-    host = StoredHost(normalize(compared=(0, 1)))
+    host = stored_host(normalize(compared=(0, 1)))
     host.run(ChangeBatch(changes=[c("+I", 1, "a", 1, pos=1)]))
     assert host.run(ChangeBatch(changes=[c("+U", 1, "a", 7, pos=2), c("+U", 1, "b", 8, pos=3)])) == [
         c("-U", 1, "a", 1, pos=3), c("+U", 1, "b", 8, pos=3),  # the before-image is the row the stored one kept
@@ -105,7 +79,7 @@ def test_batches_it_cannot_type_take_the_per_key_path():
     """A DECIMAL in ``Change`` tuples keeps its own scale only on the per-key path; a stage
     without column types has no Arrow schema to type the batch with."""
     dec = (("id", parse_type("BIGINT")), ("p", parse_type("DECIMAL(10, 2)")))
-    host = StoredHost(normalize(columns=dec))
+    host = stored_host(normalize(columns=dec))
     assert host.run(ChangeBatch(changes=[c("+I", 1, Decimal("1.5"), pos=1)])) == [c("+I", 1, Decimal("1.5"), pos=1)]
     assert str(host.run(ChangeBatch(changes=[c("-D", 1, Decimal("1.5"), pos=2)]))[0].row[1]) == "1.5"
     untyped = Normalize((0,), 2)
@@ -116,17 +90,6 @@ def test_batches_it_cannot_type_take_the_per_key_path():
 
 # ---------------------------------------------------------------------- equivalence
 
-POSITIONS = st.one_of(st.integers(0, 6).map(lambda p: (p,)), st.tuples(st.integers(0, 6), st.integers(0, 2)))
-RECORDS = st.lists(
-    st.tuples(
-        st.sampled_from(["+I", "+U", "-U", "-D"]),
-        st.sampled_from([0, 1, 2, None]),  # id
-        st.sampled_from(["a", "b", None]),  # grp
-        st.sampled_from([1, 2, None]),  # v
-        POSITIONS,
-    ),
-    max_size=14,
-)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -143,7 +106,7 @@ def test_kernel_equals_the_per_key_stage(batches, pk, compared):
         compared = tuple(sorted({*compared, *pk}))
     stage = normalize(pk=pk, compared=compared)
     reference, ref_bucket, ref_metrics = PerKeyAdapter(stage), Bucket(), Counter()
-    host = StoredHost(stage)
+    host = stored_host(stage)
     in_memory = Bucket()  # the replay host's: one bucket kept between batches, never stored
     schema = pa.schema([(n, pa.int64() if t.name == "BIGINT" else pa.string() if t.name == "STRING" else pa.int32()) for n, t in COLUMNS])
     for records, kernel, columnar in batches:
@@ -162,7 +125,7 @@ def test_kernel_equals_the_per_key_stage(batches, pk, compared):
 @pytest.mark.parametrize("kernel", [True, False])
 def test_stored_state_is_the_same_table_whichever_path_wrote_it(kernel):
     changes = [c("+I", 2, "b", 1, pos=1), c("+I", 1, "a", None, pos=2), c("+U", 2, None, 3, pos=3)]
-    host = StoredHost(normalize())
+    host = stored_host(normalize())
     host.run(ChangeBatch(changes=changes), kernel=kernel)
     table = state_codec.read_table(host.stored)
     assert table.schema.field("row").type == pa.struct([("id", pa.int64()), ("grp", pa.string()), ("v", pa.int32())])
