@@ -22,7 +22,10 @@ Stored state (``tidemark.engine.state_codec``), ``merge-engine/1``: one table ro
 ``key`` (struct of the primary key columns: a key pending a barrier may have no row left),
 ``row``, ``tombstone`` and ``emitted`` (structs typed by the table's columns, null when
 absent), ``pos`` (``list<int64>``) and ``dirty_since_ms`` (int64, null when nothing is
-pending). Timers are not stored: they are ``wakeup_ms`` of the rebuilt states.
+pending). Timers are not stored: they are ``wakeup_ms`` of the rebuilt states. Without
+timers the table is handed over as it is (``TableBucket``): the batch kernel of the engines
+whose fold picks one record (``tidemark.engine.kernels.merge``, ``batch_kernel``) works on it,
+and this stage reads it into ``MergeState``s only when it runs.
 """
 
 from __future__ import annotations
