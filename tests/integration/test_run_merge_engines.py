@@ -17,6 +17,7 @@ emitted.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 
@@ -35,6 +36,7 @@ from run_support import (
 from tidemark.engine.changelog import Change
 from tidemark.engine.pipeline import Pipeline, compile_sql
 from tidemark.engine.replay import ReplayHost
+from tidemark.engine.stages.merge.stage import KERNEL_ENV
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.transactional import BATCH_HEADER
 from tidemark.spark.job import PipelineJob, RunResult, run_pipeline
@@ -49,7 +51,9 @@ def rec(kind: str, **row) -> dict:
     return {"kind": kind, "row": row}
 
 
-def run(spark, bootstrap: str, tmp_path, sql: str, tag: str, records: Sequence[dict]) -> tuple[Pipeline, RunResult]:
+def run(
+    spark, bootstrap: str, tmp_path, sql: str, tag: str, records: Sequence[dict], per_trigger: int = PER_TRIGGER
+) -> tuple[Pipeline, RunResult]:
     """Produce ``records`` to the pipeline's only source (one partition, in order), run the
     pipeline until every record is processed, and stop it.
 
@@ -65,7 +69,7 @@ def run(spark, bootstrap: str, tmp_path, sql: str, tag: str, records: Sequence[d
     produce(bootstrap, topics["src"], encode_source(source, records))
     job = PipelineJob(
         spark, pipeline, bootstrap, str(tmp_path / "checkpoint"), name=f"merge-{tag}-{topics['src'][-8:]}",
-        max_records_per_trigger=PER_TRIGGER, trigger_interval="200 milliseconds",
+        max_records_per_trigger=per_trigger, trigger_interval="200 milliseconds",
     )
     deadline = time.monotonic() + 240
     try:
@@ -252,6 +256,40 @@ def test_lookup_producer_record_by_record(spark, kafka_bootstrap, tmp_path):
     kinds = {kind for _, kind, _ in sum(per_key(pipeline, emitted).values(), [])}
     assert {"+I", "-U", "+U"} <= kinds
     assert host.table() == {(1,): (1, 17, 5), (2,): (2, 0, 1), (3,): (3, 3, 1)}
+
+
+# ---------------------------------------------------------------------------- batch kernel
+
+KERNEL = """
+CREATE TABLE src (k BIGINT, v STRING, w BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'src', 'format' = 'changelog-json');
+CREATE TABLE dst (k BIGINT, v STRING, w BIGINT, PRIMARY KEY (k) NOT ENFORCED)
+  WITH ('topic' = 'dst', 'format' = 'changelog-json', 'changelog-producer' = 'lookup');
+INSERT INTO dst SELECT k, v, w FROM src;
+"""
+
+
+def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(spark, kafka_bootstrap, tmp_path, monkeypatch):
+    """Batches of 4,000 records over the job's two state buckets: every bucket call is large
+    enough for the merge engine's batch kernel (``tidemark.engine.kernels.merge``). The sink
+    topic, record by record per key and batch, against the replay host running the stage per
+    key on the same batches."""
+    rng = random.Random(5)
+    records = []
+    for i in range(12_000):
+        k = rng.randrange(3_000)
+        kind = "-D" if rng.random() < 0.1 else rng.choice(["+I", "+U"])
+        records.append(rec(kind, k=k, v=rng.choice(["a", "b", None]), w=rng.choice([i, None])))
+    pipeline, result = run(spark, kafka_bootstrap, tmp_path, KERNEL, "kernel", records, per_trigger=4_000)
+
+    monkeypatch.setenv(KERNEL_ENV, "0")
+    host = ReplayHost(pipeline, clock=lambda: 0)
+    batch_ids = sorted(r.batch_id for r in result.reports)
+    emitted = [(b, host.run_batch(batch)) for b, batch in zip(batch_ids, replay_batches(kafka_bootstrap, pipeline, result.reports))]
+    written = sink_records(kafka_bootstrap, pipeline, result.sink_writer_id)
+    got = [(int(r.header(BATCH_HEADER)), sink_changes(pipeline, [r])) for r in written]
+    assert per_key(pipeline, got) == per_key(pipeline, emitted)
+    assert len(host.table()) > 2_000
 
 
 # ---------------------------------------------------------------------------- until idle
