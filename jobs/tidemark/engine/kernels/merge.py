@@ -30,8 +30,9 @@ typed columns of types whose Arrow equality is Python's (``state_tables.compares
 no floats, no nested values), changes of weight other than one, stored positions of another
 length than the batch's, and batches of fewer than ``min_changes`` changes.
 
-State: the stage's ``merge-engine/1`` table, read and written as a table (``TableBucket``), so a
-checkpoint is the same whichever path wrote it, and untouched keys cost no Python.
+State: the stage's ``merge-engine/1`` table, read and written as a table (``TableBucket``), so
+either path reads what the other wrote, and untouched keys cost no Python (their rows are kept
+as stored, the touched keys' new rows after them).
 """
 
 from __future__ import annotations
@@ -229,12 +230,11 @@ class MergeKernel:
             return sorted_table(records.to_arrow()).cast(table.schema)
         has_old, has_new = pl.col(_HAS_OLD), pl.col(_HAS_NEW)
         same = has_old & has_new & pl.all_horizontal([pl.col(_OLD + c).eq_missing(pl.col(_NEW + c)) for c in self.rows])
-        changed = (has_old | has_new) & ~same
         if self.stage.producer == "none":
             parts = [
                 (has_old & ~has_new, _OLD, DELETE, -1),
-                (changed & has_new & ~has_old, _NEW, INSERT, 1),
-                (changed & has_new & has_old, _NEW, UPDATE_AFTER, 1),
+                (has_new & ~has_old, _NEW, INSERT, 1),
+                (has_old & has_new & ~same, _NEW, UPDATE_AFTER, 1),
             ]
         else:
             differ = ~same if self.stage.dedupe else pl.lit(True)
