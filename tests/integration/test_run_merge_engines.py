@@ -232,6 +232,20 @@ def per_key(pipeline: Pipeline, batches: Sequence[tuple[int, Sequence[Change]]])
     return out
 
 
+def assert_sink_records_match_replay(
+    bootstrap: str, pipeline: Pipeline, result: RunResult
+) -> tuple[ReplayHost, list[tuple[int, Sequence[Change]]]]:
+    """The sink topic's records (kind and row, per key and batch, in order) against what the
+    replay host emits on the job's batches; returns the host and what it emitted."""
+    host = ReplayHost(pipeline, clock=lambda: 0)
+    batch_ids = sorted(r.batch_id for r in result.reports)
+    emitted = [(b, host.run_batch(batch)) for b, batch in zip(batch_ids, replay_batches(bootstrap, pipeline, result.reports))]
+    written = sink_records(bootstrap, pipeline, result.sink_writer_id)
+    got = [(int(r.header(BATCH_HEADER)), sink_changes(pipeline, [r])) for r in written]
+    assert per_key(pipeline, got) == per_key(pipeline, emitted)
+    return host, emitted
+
+
 def test_lookup_producer_record_by_record(spark, kafka_bootstrap, tmp_path):
     records = [
         rec("+I", k=1, v=10, s=2),
@@ -244,13 +258,7 @@ def test_lookup_producer_record_by_record(spark, kafka_bootstrap, tmp_path):
     ]
     pipeline, result = run(spark, kafka_bootstrap, tmp_path, LOOKUP, "lookup", records)
 
-    host = ReplayHost(pipeline, clock=lambda: 0)
-    batch_ids = sorted(r.batch_id for r in result.reports)
-    emitted = [(b, host.run_batch(batch)) for b, batch in zip(batch_ids, replay_batches(kafka_bootstrap, pipeline, result.reports))]
-
-    written = sink_records(kafka_bootstrap, pipeline, result.sink_writer_id)
-    got = [(int(r.header(BATCH_HEADER)), sink_changes(pipeline, [r])) for r in written]
-    assert per_key(pipeline, got) == per_key(pipeline, emitted)
+    host, emitted = assert_sink_records_match_replay(kafka_bootstrap, pipeline, result)
     # the lookup producer's own shape: a full changelog with before-images
     assert [(kind, row) for _, kind, row in per_key(pipeline, emitted)[(1,)]][:1] == [("+I", (1, 10, 2))]
     kinds = {kind for _, kind, _ in sum(per_key(pipeline, emitted).values(), [])}
@@ -283,12 +291,7 @@ def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(spark, kaf
     pipeline, result = run(spark, kafka_bootstrap, tmp_path, KERNEL, "kernel", records, per_trigger=4_000)
 
     monkeypatch.setenv(KERNEL_ENV, "0")
-    host = ReplayHost(pipeline, clock=lambda: 0)
-    batch_ids = sorted(r.batch_id for r in result.reports)
-    emitted = [(b, host.run_batch(batch)) for b, batch in zip(batch_ids, replay_batches(kafka_bootstrap, pipeline, result.reports))]
-    written = sink_records(kafka_bootstrap, pipeline, result.sink_writer_id)
-    got = [(int(r.header(BATCH_HEADER)), sink_changes(pipeline, [r])) for r in written]
-    assert per_key(pipeline, got) == per_key(pipeline, emitted)
+    host, _ = assert_sink_records_match_replay(kafka_bootstrap, pipeline, result)
     assert len(host.table()) > 2_000
 
 
