@@ -45,7 +45,7 @@ import polars as pl
 import pyarrow as pa
 
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import pos_columns, position_ranks, positions_as_lists, row_schema, sorted_table, typed_table
+from tidemark.engine.batch_columns import position_ranks, positions_as_lists, row_schema, sorted_table, typed_table
 from tidemark.engine.changelog import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.kernels.table_bucket import TableBucket
@@ -137,7 +137,7 @@ class MergeKernel:
         if not batch.height:  # every key keeps its row; an ``input`` producer has nothing to pass on
             return TableBucket(stored, self.stage.states_of_table), table.slice(0, 0), metrics
         old = self._touched(stored, batch)
-        ranks = self._ranks(batch.select(pos), old.get_column("pos"), len(pos))
+        ranks = self._ranks(batch.select(pos), old.get_column("pos"))
         if ranks is None:
             return None
         batch_ranks, old_ranks, positions = ranks
@@ -161,16 +161,15 @@ class MergeKernel:
         old = pl.from_arrow(rows.append_column("pos", stored.column("pos"))).with_row_index(_S)
         return old.join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
 
-    def _ranks(self, batch_pos: pl.DataFrame, stored_pos: pl.Series, width: int) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
+    def _ranks(self, batch_pos: pl.DataFrame, stored_pos: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
         """Position ranks of the batch's and the stored rows, and the distinct positions in
         rank order (columns named as the batch's); None when a stored position is longer than
         the batch's."""
-        if len(stored_pos) and stored_pos.list.len().max() > width:
+        if len(stored_pos) and stored_pos.list.len().max() > batch_pos.width:
             return None
-        cols = pos_columns(width)
-        frame = batch_pos.rename(dict(zip(batch_pos.columns, cols)))
+        frame = batch_pos
         if len(stored_pos):
-            stored = pl.DataFrame([stored_pos.list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(cols)])
+            stored = pl.DataFrame([stored_pos.list.get(i, null_on_oob=True).alias(c) for i, c in enumerate(frame.columns)])
             frame = pl.concat([frame, stored.cast(frame.schema)])
         ranks, positions = position_ranks(frame)
         return ranks[: batch_pos.height], ranks[batch_pos.height :], positions
