@@ -272,23 +272,27 @@ KERNEL = """
 CREATE TABLE src (k BIGINT, v STRING, w BIGINT, PRIMARY KEY (k) NOT ENFORCED)
   WITH ('topic' = 'src', 'format' = 'changelog-json');
 CREATE TABLE dst (k BIGINT, v STRING, w BIGINT, PRIMARY KEY (k) NOT ENFORCED)
-  WITH ('topic' = 'dst', 'format' = 'changelog-json', 'changelog-producer' = 'lookup');
+  WITH ('topic' = 'dst', 'format' = 'changelog-json', 'changelog-producer' = 'lookup'{options});
 INSERT INTO dst SELECT k, v, w FROM src;
 """
 
 
-def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(spark, kafka_bootstrap, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sequence", [False, True], ids=["positions", "sequence-field"])
+def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(spark, kafka_bootstrap, tmp_path, monkeypatch, sequence):
     """Batches of 4,000 records over the job's two state buckets: every bucket call is large
     enough for the merge engine's batch kernel (``tidemark.engine.kernels.merge``). The sink
     topic, record by record per key and batch, against the replay host running the stage per
-    key on the same batches."""
+    key on the same batches. With ``sequence.field`` on ``w`` (random, NULLs included), late
+    records meet stored rows and tombstones of larger sequences."""
     rng = random.Random(5)
     records = []
     for i in range(12_000):
         k = rng.randrange(3_000)
         kind = "-D" if rng.random() < 0.1 else rng.choice(["+I", "+U"])
-        records.append(rec(kind, k=k, v=rng.choice(["a", "b", None]), w=rng.choice([i, None])))
-    pipeline, result = run(spark, kafka_bootstrap, tmp_path, KERNEL, "kernel", records, per_trigger=4_000)
+        w = rng.choice([rng.randrange(50), None]) if sequence else rng.choice([i, None])
+        records.append(rec(kind, k=k, v=rng.choice(["a", "b", None]), w=w))
+    sql = KERNEL.format(options=", 'sequence.field' = 'w'" if sequence else "")
+    pipeline, result = run(spark, kafka_bootstrap, tmp_path, sql, "kernel", records, per_trigger=4_000)
 
     monkeypatch.setenv(KERNEL_ENV, "0")
     host, _ = assert_sink_records_match_replay(kafka_bootstrap, pipeline, result)

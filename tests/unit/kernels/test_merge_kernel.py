@@ -3,8 +3,9 @@
 Equivalence: over random multi-batch inputs (several records of one key in a batch, exact
 ``+X``/``-X`` pairs that cancel, records at one position, retractions of keys never stored,
 positions that sort before the stored row's, NULLs, one- and two-column keys) with each
-producer the kernel takes (``none``, ``input``, ``lookup``), ``ignore-delete`` and
-``changelog-producer.row-deduplicate``, the kernel emits per key the same changes in the same
+producer the kernel takes (``none``, ``input``, ``lookup``), ``ignore-delete``,
+``changelog-producer.row-deduplicate`` and ``sequence.field`` (one and two fields, NULLs,
+either sort order, so tombstones and late records with smaller sequences), the kernel emits per key the same changes in the same
 order as ``PerKeyAdapter``, counts the same metrics and stores the same states. The state goes
 through ``state_codec`` between batches, as on the Spark host, and each batch picks the kernel
 or the per-key path over the same stored state."""
@@ -51,11 +52,10 @@ def columns(changes: list[Change]) -> ChangeBatch:
 
 def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
     monkeypatch.delenv(KERNEL_ENV, raising=False)
-    for stage in (merge(), merge("first-row", "none"), merge(producer="input")):
+    for stage in (merge(), merge("first-row", "none"), merge(producer="input"), merge(**{"sequence.field": "v"})):
         assert isinstance(batch_stage(stage), MergeKernel)
         assert batch_stage(stage).min_changes == KERNEL_MIN_CHANGES
     for stage in (
-        merge(**{"sequence.field": "v"}),
         merge("partial-update", **{"ignore-delete": "true"}),
         merge(producer="full-compaction"),
         build_merge_engine("t", ["id", "x"], (0,), {}, input_retracts=True, types=[parse_type("BIGINT"), parse_type("DOUBLE")]),
@@ -99,6 +99,22 @@ def test_first_row_keeps_the_stored_row_and_a_tie_at_the_first_position_takes_th
     assert host.fell_back == 1  # the tie is the rows' repr's to break
 
 
+def test_a_sequence_field_keeps_the_largest_sequence_and_a_tombstone_across_batches():
+    host = stored_host(merge(producer="none", **{"sequence.field": "v"}))
+    # the largest v wins whatever the positions; a null sequence sorts first
+    assert host.run(columns([c("+I", 1, "a", 5, pos=1), c("+I", 1, "b", 2, pos=2), c("+I", 2, "x", None, pos=3)])) == [
+        c("+I", 1, "a", 5, pos=2),
+        c("+I", 2, "x", None, pos=3),
+    ]
+    # a delete of the largest sequence leaves a tombstone; a later record of a smaller v loses to it
+    assert host.run(columns([c("-D", 1, "a", 7, pos=4)])) == [c("-D", 1, "a", 5, pos=4)]
+    assert host.run(columns([c("+I", 1, "c", 6, pos=5), c("+I", 2, "y", 1, pos=6)])) == [c("+U", 2, "y", 1, pos=6)]
+    state = state_codec.decode_state(host.stage, host.stored).states[(1,)]
+    assert (state.row, state.tombstone, state.pos) == (None, (1, "a", 7), (5,))
+    assert host.run(columns([c("+I", 1, "d", 8, pos=7)])) == [c("+I", 1, "d", 8, pos=7)]
+    assert host.fell_back == 0
+
+
 def test_the_input_producer_passes_every_record_on_in_the_canonical_order():
     host = stored_host(merge(producer="input", **{"ignore-delete": "true"}))
     got = host.run(columns([c("+I", 2, "b", 1, pos=2), c("-D", 1, "a", 1, pos=1), c("+I", 1, "a", 1, pos=3)]))
@@ -117,6 +133,11 @@ CONFIGS = st.sampled_from([
     ("deduplicate", "lookup", {"ignore-delete": "true"}),
     ("first-row", "none", {"ignore-delete": "true"}),
     ("first-row", "lookup", {"ignore-delete": "true"}),
+    ("deduplicate", "none", {"sequence.field": "v"}),
+    ("deduplicate", "lookup", {"sequence.field": "v", "sequence.field.sort-order": "descending"}),
+    ("deduplicate", "input", {"sequence.field": "v"}),
+    ("deduplicate", "lookup", {"sequence.field": "grp,v", "changelog-producer.row-deduplicate": "true"}),
+    ("deduplicate", "none", {"sequence.field": "grp", "sequence.field.sort-order": "descending", "ignore-delete": "true"}),
 ])
 
 

@@ -1,19 +1,24 @@
 """The merge engine sink (``tidemark.engine.stages.merge``) under the batch contract, for the
-engines whose fold is a choice of one record: ``deduplicate`` (the last record in merge order)
-and ``first-row`` (the first add), without ``sequence.field``, with the ``none``, ``input`` or
-``lookup`` changelog producer. One polars pass per batch; the other engines and producers,
-and the cases below, take the per-key path.
+engines whose fold is a choice of one record: ``deduplicate`` (the last record in merge order,
+with or without ``sequence.field``) and ``first-row`` (the first add), with the ``none``,
+``input`` or ``lookup`` changelog producer. One polars pass per batch; the other engines and
+producers, and the cases below, take the per-key path.
 
 Per key, the per-key stage cancels exact ``+X``/``-X`` pairs, orders what is left together with
-the stored row by (position, retractions before adds), the stored row ahead of a record at its
-own position, and folds. Without a sequence field that order is position arithmetic:
+the stored item by (sequence, position, retractions before adds), the stored item ahead of a
+record of its own sequence and position, and folds. The stored item is the key's row or, with
+``sequence.field``, the record that deleted it (its tombstone). That order is rank arithmetic:
 
 - Cancelling: per distinct row, ``n = min(adds, retractions)``; the ``n`` adds and the ``n``
   retractions of smallest (position, kind) go. A sort by (position, kind) and a running count
   per (row, sign) pick them.
-- ``deduplicate``: the last of the key's remaining records, by (position, sign), unless the
-  stored row's position is greater (the stored row then folds last and stays). An add leaves
-  its row, a retraction leaves none.
+- The merge rank: a dense rank of (sequence fields, position) over the batch's records and the
+  stored items together, the sequence fields nulls first, ascending or descending as
+  ``sequence.field.sort-order`` says (without a sequence field, the position's rank).
+- ``deduplicate``: the last of the key's remaining records, by (merge rank, sign), unless the
+  stored item's merge rank is greater (the stored item then folds last and stays). An add
+  leaves its row; a retraction leaves none, and with ``sequence.field`` it is the key's new
+  tombstone.
 - ``first-row``: the stored row if there is one, else the first remaining add.
 - The key's position: the greatest of the stored one and its remaining records'.
 - Emitted, at the key's position, from the row before (``old``) and after (``new``): ``none``
@@ -43,6 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tidemark.engine.batch import KIND, POS_PREFIX, WEIGHT, ChangeBatch
 from tidemark.engine.batch_columns import position_ranks, positions_as_lists, row_schema, sorted_table, typed_table
@@ -63,13 +69,14 @@ PRODUCERS = ("none", "input", "lookup")
 _I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position rank, rank in (row, sign)
 _OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
 _HAS_OLD, _HAS_NEW, _OPR, _NPR = "$has_old", "$has_new", "$opr", "$npr"
-_TOP, _FIRST, _S = "$top", "$first", "$s"  # the kept record's rank, the key's first change, stored row
+_TOP, _FIRST, _S = "$top", "$first", "$s"  # the kept record's merge rank, the key's first change, stored row
+_MR, _OMR, _STORED = "$mr", "$omr", "$stored"  # merge ranks of a record and of the stored item; a stored item
 
 
 def supports(stage: MergeEngineStage) -> bool:
     """Whether the kernel computes what ``stage`` does (module docstring)."""
     cfg = stage.cfg
-    return cfg.engine in ENGINES and not cfg.sequence_fields and cfg.producer in PRODUCERS and schema_of(stage) is not None
+    return cfg.engine in ENGINES and cfg.producer in PRODUCERS and schema_of(stage) is not None
 
 
 class MergeKernel:
@@ -86,6 +93,8 @@ class MergeKernel:
         self.rows = [f"c{i}" for i in range(stage.width)]
         self.key = [self.rows[i] for i in stage.pk]
         self.first_row = stage.cfg.engine == "first-row"
+        self.sequence = [self.rows[i] for i in stage.cfg.sequence_fields]
+        self.descending = not stage.cfg.sequence_ascending
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
@@ -104,12 +113,16 @@ class MergeKernel:
     # ------------------------------------------------------------------ inputs
 
     def _stored(self, state: Bucket) -> pa.Table | None:
-        """The bucket's stored table, typed as the stage's columns, or None (per-key path).
-        A bucket the per-key path holds as a dict is written as its table first."""
+        """The bucket's stored table, typed as the stage's columns, every key with a row or a
+        tombstone, or None (per-key path). A bucket the per-key path holds as a dict is
+        written as its table first."""
         table = state.table if isinstance(state, TableBucket) else None
         if table is None:
             table = self.stage.state_to_table(state)
-        if table.column("row").type != pa.struct(list(self.schema)) or table.column("row").null_count:
+        row, tombstone = table.column("row"), table.column("tombstone")
+        if row.type != pa.struct(list(self.schema)) or tombstone.type != row.type:
+            return None
+        if row.null_count and pc.any(pc.and_(row.is_null(), tombstone.is_null())).as_py():
             return None
         return table
 
@@ -145,21 +158,29 @@ class MergeKernel:
         effective = self._cancelled(batch)
         if batch.height > effective.height:
             metrics["merge_pairs_cancelled"] = (batch.height - effective.height) // 2
+        effective, old = self._merge_ranked(effective, old.drop("pos").with_columns(old_ranks.alias(_OPR)))
         folded = self._folded(effective)
         if folded is None:
             return None
         first = batch.group_by(self.key).agg(pl.col(_I).min().alias(_FIRST))
         folded = folded.join(first, on=self.key, nulls_equal=True)
-        keys = self._keys(folded, old.drop("pos").with_columns(old_ranks.alias(_OPR)))
+        keys = self._keys(folded, old)
         emitted = self._emitted(keys, batch, table, positions, pos)
         return self._new_state(stored, keys, positions), emitted, metrics
 
     def _touched(self, stored: pa.Table, batch: pl.DataFrame) -> pl.DataFrame:
-        """The stored rows of the keys the batch touches: columns ``c0``..., ``pos`` and the
-        row's index in the stored table."""
-        rows = pa.Table.from_struct_array(stored.column("row").combine_chunks()).rename_columns(self.rows)
-        old = pl.from_arrow(rows.append_column("pos", stored.column("pos"))).with_row_index(_S)
-        return old.join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
+        """The stored items of the keys the batch touches: columns ``c0``... (the row, else
+        the tombstone), ``$has_old`` (a row), ``pos`` and the item's index in the stored table."""
+        row = stored.column("row").combine_chunks()
+        item = pl.from_arrow(pa.Table.from_struct_array(row).rename_columns(self.rows))
+        is_row = pl.from_arrow(row.is_valid())
+        if row.null_count:
+            tombstones = pa.Table.from_struct_array(stored.column("tombstone").combine_chunks()).rename_columns(self.rows)
+            item = item.with_columns(
+                pl.when(is_row).then(item[c]).otherwise(pl.from_arrow(tombstones.column(c))).alias(c) for c in self.rows
+            )
+        old = item.with_columns(is_row.alias(_HAS_OLD), pl.from_arrow(stored.column("pos")).alias("pos"))
+        return old.with_row_index(_S).join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
 
     def _ranks(self, batch_pos: pl.DataFrame, stored_pos: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
         """Position ranks of the batch's and the stored rows, and the distinct positions in
@@ -185,38 +206,56 @@ class MergeKernel:
         )
         return ranked.filter(pl.col(_N) >= pl.col("$pairs")).drop(_N, "$pairs")
 
+    def _merge_ranked(self, records: pl.DataFrame, old: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``records`` and the stored items ``old`` with their merge ranks (``$mr``, ``$omr``:
+        module docstring)."""
+        if not self.sequence:
+            return records.with_columns(pl.col(_PR).alias(_MR)), old.with_columns(pl.col(_OPR).alias(_OMR))
+        order = [*self.sequence, "$p"]
+        both = pl.concat([
+            records.select(*self.sequence, pl.col(_PR).alias("$p")),
+            old.select(*self.sequence, pl.col(_OPR).alias("$p")),
+        ]).with_row_index("$j")
+        ordered = both.sort(order, descending=[self.descending] * len(self.sequence) + [False], nulls_last=False)
+        runs = ordered.select(pl.struct(order).rle_id().cast(pl.Int64)).to_series()
+        ranks = pl.zeros(both.height, pl.Int64, eager=True).scatter(ordered["$j"], runs)
+        return records.with_columns(ranks[: records.height].alias(_MR)), old.with_columns(ranks[records.height :].alias(_OMR))
+
     def _folded(self, effective: pl.DataFrame) -> pl.DataFrame | None:
         """Per key with remaining records: the record the engine keeps (``deduplicate``: the
-        last by (position, sign); ``first-row``: the first add), as ``$new`` columns with its
-        sign, and the greatest position rank; None when a tie decides it or a ``first-row``
-        key has a retraction."""
+        last by (merge rank, sign); ``first-row``: the first add), as ``$new`` columns with
+        its sign and merge rank, and the greatest position rank; None when a tie decides it
+        or a ``first-row`` key has a retraction."""
         if self.first_row:
             if not effective.get_column(_ADD).all():
                 return None
             order = pl.col(_PR)
             pick = effective.filter(order == order.min().over(self.key))
         else:
-            order = pl.col(_PR) * 2 + pl.col(_ADD).cast(pl.Int64)
+            order = pl.col(_MR) * 2 + pl.col(_ADD).cast(pl.Int64)
             pick = effective.filter(order == order.max().over(self.key))
         if pick.select(pl.len().over(self.key).max()).item(0, 0) not in (None, 1):
             return None
         latest = effective.group_by(self.key).agg(pl.col(_PR).max().alias(_NPR))
-        pick = pick.select(*self.key, *(pl.col(c).alias(_NEW + c) for c in self.rows), pl.col(_PR).alias(_TOP), pl.col(_ADD).alias(_HAS_NEW))
+        pick = pick.select(*self.key, *(pl.col(c).alias(_NEW + c) for c in self.rows), pl.col(_MR).alias(_TOP), pl.col(_ADD).alias(_HAS_NEW))
         return latest.join(pick, on=self.key, nulls_equal=True)
 
     def _keys(self, folded: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame:
         """Per key with remaining records: the row before (``$old`` columns, ``$has_old``) and
-        after (``$new`` columns, ``$has_new``), and the key's new position rank ``$npr``."""
-        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), _OPR, _S, pl.lit(True).alias(_HAS_OLD))
-        keys = folded.join(old, on=self.key, how="left", nulls_equal=True).with_columns(pl.col(_HAS_OLD).fill_null(False))
-        has_old = pl.col(_HAS_OLD)
+        the item after (``$new`` columns: the row, with ``$has_new``, else the tombstone), and
+        the key's new position rank ``$npr``."""
+        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), _OPR, _OMR, _S, _HAS_OLD,
+                         pl.lit(True).alias(_STORED))
+        keys = folded.join(old, on=self.key, how="left", nulls_equal=True).with_columns(
+            pl.col(_HAS_OLD).fill_null(False), pl.col(_STORED).fill_null(False)
+        )
         if self.first_row:
-            keep_old = has_old
+            keep_old = pl.col(_HAS_OLD)
         else:
-            keep_old = has_old & (pl.col(_TOP) < pl.col(_OPR))  # the stored row folds last
+            keep_old = pl.col(_STORED) & (pl.col(_TOP) < pl.col(_OMR))  # the stored item folds last
         keys = keys.with_columns(
             *(pl.when(keep_old).then(pl.col(_OLD + c)).otherwise(pl.col(_NEW + c)).alias(_NEW + c) for c in self.rows),
-            pl.when(keep_old).then(True).otherwise(pl.col(_HAS_NEW)).alias(_HAS_NEW),
+            pl.when(keep_old).then(pl.col(_HAS_OLD)).otherwise(pl.col(_HAS_NEW)).alias(_HAS_NEW),
             pl.max_horizontal(_NPR, pl.col(_OPR).fill_null(-1)).alias(_NPR),
         )
         return keys.sort(_FIRST)
@@ -257,20 +296,23 @@ class MergeKernel:
     # ------------------------------------------------------------------ outputs
 
     def _new_state(self, stored: pa.Table, keys: pl.DataFrame, positions: pl.DataFrame) -> TableBucket:
-        """The stored rows of untouched keys, then per touched key its new row (none: the
-        key is forgotten), in the stage's ``merge-engine/1`` layout."""
+        """The stored items of untouched keys, then per touched key its new row or, with
+        ``sequence.field``, its tombstone (neither: the key is forgotten), in the stage's
+        ``merge-engine/1`` layout."""
         kept = np.ones(stored.num_rows, dtype=bool)
         kept[keys.get_column(_S).drop_nulls().to_numpy()] = False
         kept_table = stored.filter(pa.array(kept))
-        new = keys.filter(pl.col(_HAS_NEW))
+        new = keys if self.stage.keep_tombstones else keys.filter(pl.col(_HAS_NEW))
         new_rows = new.select(*(pl.col(_NEW + c).alias(n) for c, n in zip(self.rows, self.schema.names))).to_arrow().cast(self.schema)
+        items = [c.combine_chunks() for c in new_rows.columns]
+        is_row = new.get_column(_HAS_NEW).to_arrow()
         key_fields = [self.schema.field(i) for i in self.stage.pk]
         at = positions.select(pl.all().gather(new.get_column(_NPR)))
         fresh = pa.table({
             "key": pa.StructArray.from_arrays([new_rows.column(f.name).combine_chunks() for f in key_fields], fields=key_fields),
-            "row": pa.StructArray.from_arrays([c.combine_chunks() for c in new_rows.columns], fields=list(self.schema)),
+            "row": pa.StructArray.from_arrays(items, fields=list(self.schema), mask=pc.invert(is_row)),
             "pos": positions_as_lists(at).to_arrow().cast(POSITION) if new.height else pa.array([], POSITION),
-            "tombstone": pa.nulls(new.height, stored.schema.field("tombstone").type),
+            "tombstone": pa.StructArray.from_arrays(items, fields=list(self.schema), mask=is_row),
         })
         table = pa.concat_tables([kept_table, fresh.cast(stored.schema)]) if kept_table.num_rows else fresh.cast(stored.schema)
         return TableBucket(table, self.stage.states_of_table)
