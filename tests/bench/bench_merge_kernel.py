@@ -30,6 +30,7 @@ CONFIGS = (
     ("deduplicate", {"changelog-producer": "lookup"}, True),
     ("deduplicate", {"changelog-producer": "none", "ignore-delete": "true"}, True),
     ("deduplicate", {"changelog-producer": "lookup", "sequence.field": "level"}, True),
+    ("partial-update", {"changelog-producer": "lookup", "partial-update.remove-record-on-delete": "true"}, True),
     ("first-row", {"changelog-producer": "lookup", "ignore-delete": "true"}, False),
 )
 

@@ -277,8 +277,19 @@ INSERT INTO dst SELECT k, v, w FROM src;
 """
 
 
-@pytest.mark.parametrize("sequence", [False, True], ids=["positions", "sequence-field"])
-def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(spark, kafka_bootstrap, tmp_path, monkeypatch, sequence):
+@pytest.mark.parametrize(
+    ("sequence", "options"),
+    [
+        (False, ""),
+        (True, ", 'sequence.field' = 'w'"),
+        (True, ", 'merge-engine' = 'partial-update', 'partial-update.remove-record-on-delete' = 'true', "
+               "'sequence.field' = 'w'"),
+    ],
+    ids=["deduplicate", "deduplicate-sequence-field", "partial-update"],
+)
+def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(
+    spark, kafka_bootstrap, tmp_path, monkeypatch, sequence, options
+):
     """Batches of 4,000 records over the job's two state buckets: every bucket call is large
     enough for the merge engine's batch kernel (``tidemark.engine.kernels.merge``). The sink
     topic, record by record per key and batch, against the replay host running the stage per
@@ -291,7 +302,7 @@ def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(spark, kaf
         kind = "-D" if rng.random() < 0.1 else rng.choice(["+I", "+U"])
         w = rng.choice([rng.randrange(50), None]) if sequence else rng.choice([i, None])
         records.append(rec(kind, k=k, v=rng.choice(["a", "b", None]), w=w))
-    sql = KERNEL.format(options=", 'sequence.field' = 'w'" if sequence else "")
+    sql = KERNEL.format(options=options)
     pipeline, result = run(spark, kafka_bootstrap, tmp_path, sql, "kernel", records, per_trigger=4_000)
 
     monkeypatch.setenv(KERNEL_ENV, "0")

@@ -1,11 +1,13 @@
-"""The merge engine kernel (``deduplicate`` and ``first-row``) against the per-key merge stage.
+"""The merge engine kernel (``deduplicate``, ``first-row`` and ``partial-update``) against the
+per-key merge stage.
 
 Equivalence: over random multi-batch inputs (several records of one key in a batch, exact
 ``+X``/``-X`` pairs that cancel, records at one position, retractions of keys never stored,
 positions that sort before the stored row's, NULLs, one- and two-column keys) with each
 producer the kernel takes (``none``, ``input``, ``lookup``), ``ignore-delete``,
-``changelog-producer.row-deduplicate`` and ``sequence.field`` (one and two fields, NULLs,
-either sort order, so tombstones and late records with smaller sequences), the kernel emits per key the same changes in the same
+``changelog-producer.row-deduplicate``, ``partial-update.remove-record-on-delete`` and
+``sequence.field`` (one and two fields, NULLs, either sort order, so tombstones and late
+records with smaller sequences), the kernel emits per key the same changes in the same
 order as ``PerKeyAdapter``, counts the same metrics and stores the same states. The state goes
 through ``state_codec`` between batches, as on the Spark host, and each batch picks the kernel
 or the per-key path over the same stored state."""
@@ -25,7 +27,7 @@ from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
 from tidemark.engine.kernels.merge import KERNEL_MIN_CHANGES, MergeKernel, supports
 from tidemark.engine.stage import BatchContext
-from tidemark.engine.stages.merge.stage import KERNEL_ENV, MergeEngineStage
+from tidemark.engine.stages.merge.stage import KERNEL_ENV, MergeEngineStage, MergeState
 from tidemark.engine.stages.merge_engine import build_merge_engine
 from tidemark.engine.types import parse_type
 
@@ -52,11 +54,12 @@ def columns(changes: list[Change]) -> ChangeBatch:
 
 def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
     monkeypatch.delenv(KERNEL_ENV, raising=False)
-    for stage in (merge(), merge("first-row", "none"), merge(producer="input"), merge(**{"sequence.field": "v"})):
+    for stage in (merge(), merge("first-row", "none"), merge(producer="input"), merge(**{"sequence.field": "v"}),
+                  merge("partial-update", **{"ignore-delete": "true"})):
         assert isinstance(batch_stage(stage), MergeKernel)
         assert batch_stage(stage).min_changes == KERNEL_MIN_CHANGES
     for stage in (
-        merge("partial-update", **{"ignore-delete": "true"}),
+        merge("partial-update", **{"fields.v.sequence-group": "grp", "ignore-delete": "true"}),
         merge(producer="full-compaction"),
         build_merge_engine("t", ["id", "x"], (0,), {}, input_retracts=True, types=[parse_type("BIGINT"), parse_type("DOUBLE")]),
     ):
@@ -115,6 +118,26 @@ def test_a_sequence_field_keeps_the_largest_sequence_and_a_tombstone_across_batc
     assert host.fell_back == 0
 
 
+def test_partial_update_completes_a_row_field_by_field_and_a_delete_removes_it():
+    host = stored_host(merge("partial-update", "lookup", **{"partial-update.remove-record-on-delete": "true"}))
+    assert host.run(columns([c("+I", 1, "a", None, pos=1), c("+I", 1, None, 5, pos=2), c("+I", 2, None, 1, pos=3)])) == [
+        c("+I", 1, "a", 5, pos=2),
+        c("+I", 2, None, 1, pos=3),
+    ]
+    # a null never overwrites; the stored row is the first item of the fold
+    assert host.run(columns([c("+U", 1, None, 6, pos=4)])) == [c("-U", 1, "a", 5, pos=4), c("+U", 1, "a", 6, pos=4)]
+    # after a -D only what later adds carry is left
+    assert host.run(columns([c("-D", 1, "a", 6, pos=5), c("+I", 1, None, 7, pos=6), c("-D", 2, None, 1, pos=7)])) == [
+        c("-U", 1, "a", 6, pos=6),
+        c("+U", 1, None, 7, pos=6),
+        c("-D", 2, None, 1, pos=7),
+    ]
+    assert state_codec.decode_state(host.stage, host.stored).states == {
+        (1,): MergeState(row=(1, None, 7), pos=(6,))
+    }
+    assert host.fell_back == 0
+
+
 def test_the_input_producer_passes_every_record_on_in_the_canonical_order():
     host = stored_host(merge(producer="input", **{"ignore-delete": "true"}))
     got = host.run(columns([c("+I", 2, "b", 1, pos=2), c("-D", 1, "a", 1, pos=1), c("+I", 1, "a", 1, pos=3)]))
@@ -138,6 +161,11 @@ CONFIGS = st.sampled_from([
     ("deduplicate", "input", {"sequence.field": "v"}),
     ("deduplicate", "lookup", {"sequence.field": "grp,v", "changelog-producer.row-deduplicate": "true"}),
     ("deduplicate", "none", {"sequence.field": "grp", "sequence.field.sort-order": "descending", "ignore-delete": "true"}),
+    ("partial-update", "none", {"ignore-delete": "true"}),
+    ("partial-update", "lookup", {"partial-update.remove-record-on-delete": "true"}),
+    ("partial-update", "input", {"partial-update.remove-record-on-delete": "true"}),
+    ("partial-update", "lookup", {"partial-update.remove-record-on-delete": "true", "sequence.field": "v"}),
+    ("partial-update", "none", {"ignore-delete": "true", "sequence.field": "v", "sequence.field.sort-order": "descending"}),
 ])
 
 

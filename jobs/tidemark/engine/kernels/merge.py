@@ -1,8 +1,9 @@
 """The merge engine sink (``tidemark.engine.stages.merge``) under the batch contract, for the
-engines whose fold is a choice of one record: ``deduplicate`` (the last record in merge order,
-with or without ``sequence.field``) and ``first-row`` (the first add), with the ``none``,
-``input`` or ``lookup`` changelog producer. One polars pass per batch; the other engines and
-producers, and the cases below, take the per-key path.
+engines whose fold is a choice per column of one record: ``deduplicate`` (the last record in
+merge order, with or without ``sequence.field``), ``first-row`` (the first add) and
+``partial-update`` without sequence groups (per column, the last non-null value), with the
+``none``, ``input`` or ``lookup`` changelog producer. One polars pass per batch; the other
+engines and producers, and the cases below, take the per-key path.
 
 Per key, the per-key stage cancels exact ``+X``/``-X`` pairs, orders what is left together with
 the stored item by (sequence, position, retractions before adds), the stored item ahead of a
@@ -20,6 +21,12 @@ record of its own sequence and position, and folds. The stored item is the key's
   leaves its row; a retraction leaves none, and with ``sequence.field`` it is the key's new
   tombstone.
 - ``first-row``: the stored row if there is one, else the first remaining add.
+- ``partial-update``: the key's items (records and stored item) after its last ``-D`` by
+  (merge rank, sign); per value column, the last non-null value of their adds. With no add
+  after it, a ``-D`` that is the last item is the tombstone, and a ``-U`` after it (ignored
+  under ``partial-update.remove-record-on-delete``) leaves a row of nulls if the key had an add
+  anywhere in the fold. A retraction without ``ignore-delete`` or that option is an error the
+  per-key path reports, and a tie of two items decides columns, so both take that path.
 - The key's position: the greatest of the stored one and its remaining records'.
 - Emitted, at the key's position, from the row before (``old``) and after (``new``): ``none``
   an upsert (``+I``, ``+U`` or ``-D``) when they differ; ``lookup`` ``+I``, ``-D`` or a
@@ -27,10 +34,10 @@ record of its own sequence and position, and folds. The stored item is the key's
   and never for ``first-row``); ``input`` the records as received, in the canonical order.
   A key whose records all cancel emits nothing but its ``input`` records.
 
-The per-key path breaks a tie of two records at one position and sign by the rows' ``repr``.
-Where such a tie decides the fold (the last record of ``deduplicate``, the first add of
-``first-row``), and where a ``first-row`` key gets a retraction (an error the per-key path
-reports), the batch takes the per-key path. So do batches whose columns are not the stage's
+The per-key path breaks a tie of two records of one sequence, position and sign by the rows'
+``repr``. Where such a tie may decide the fold (the last record of ``deduplicate``, the first
+add of ``first-row``, any tie of a ``partial-update`` key), and where a ``first-row`` key gets
+a retraction (an error the per-key path reports), the batch takes the per-key path. So do batches whose columns are not the stage's
 typed columns of types whose Arrow equality is Python's (``state_tables.compares_as_python``:
 no floats, no nested values), changes of weight other than one, stored positions of another
 length than the batch's, and batches of fewer than ``min_changes`` changes.
@@ -64,19 +71,21 @@ if TYPE_CHECKING:
 #: below this many changes a call costs less per key than the kernel's fixed polars cost
 #: (``tests/bench/bench_merge_kernel.py``)
 KERNEL_MIN_CHANGES = 1500
-ENGINES = ("deduplicate", "first-row")
+ENGINES = ("deduplicate", "first-row", "partial-update")
 PRODUCERS = ("none", "input", "lookup")
 _I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position rank, rank in (row, sign)
 _OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
 _HAS_OLD, _HAS_NEW, _OPR, _NPR = "$has_old", "$has_new", "$opr", "$npr"
 _TOP, _FIRST, _S = "$top", "$first", "$s"  # the kept record's merge rank, the key's first change, stored row
 _MR, _OMR, _STORED = "$mr", "$omr", "$stored"  # merge ranks of a record and of the stored item; a stored item
+_HAS_TOMB = "$has_tomb"  # the key's new item is a tombstone
 
 
 def supports(stage: MergeEngineStage) -> bool:
     """Whether the kernel computes what ``stage`` does (module docstring)."""
     cfg = stage.cfg
-    return cfg.engine in ENGINES and cfg.producer in PRODUCERS and schema_of(stage) is not None
+    return (cfg.engine in ENGINES and not cfg.groups and cfg.producer in PRODUCERS
+            and schema_of(stage) is not None)
 
 
 class MergeKernel:
@@ -93,6 +102,7 @@ class MergeKernel:
         self.rows = [f"c{i}" for i in range(stage.width)]
         self.key = [self.rows[i] for i in stage.pk]
         self.first_row = stage.cfg.engine == "first-row"
+        self.partial = stage.cfg.engine == "partial-update"
         self.sequence = [self.rows[i] for i in stage.cfg.sequence_fields]
         self.descending = not stage.cfg.sequence_ascending
 
@@ -159,12 +169,15 @@ class MergeKernel:
         if batch.height > effective.height:
             metrics["merge_pairs_cancelled"] = (batch.height - effective.height) // 2
         effective, old = self._merge_ranked(effective, old.drop("pos").with_columns(old_ranks.alias(_OPR)))
-        folded = self._folded(effective)
-        if folded is None:
+        if self.partial:
+            keys = self._partial_keys(effective, old)
+        else:
+            folded = self._folded(effective)
+            keys = self._keys(folded, old) if folded is not None else None
+        if keys is None:
             return None
         first = batch.group_by(self.key).agg(pl.col(_I).min().alias(_FIRST))
-        folded = folded.join(first, on=self.key, nulls_equal=True)
-        keys = self._keys(folded, old)
+        keys = keys.join(first, on=self.key, nulls_equal=True).sort(_FIRST)
         emitted = self._emitted(keys, batch, table, positions, pos)
         return self._new_state(stored, keys, positions), emitted, metrics
 
@@ -258,7 +271,58 @@ class MergeKernel:
             pl.when(keep_old).then(pl.col(_HAS_OLD)).otherwise(pl.col(_HAS_NEW)).alias(_HAS_NEW),
             pl.max_horizontal(_NPR, pl.col(_OPR).fill_null(-1)).alias(_NPR),
         )
-        return keys.sort(_FIRST)
+        return keys.with_columns((~pl.col(_HAS_NEW) & self.stage.keep_tombstones).alias(_HAS_TOMB))
+
+    def _partial_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
+        """``partial-update`` without sequence groups, per key with remaining records: the
+        columns ``_keys`` gives, from the key's items (its records and its stored row or
+        tombstone) in merge order. After the last ``-D`` (a stored tombstone is one), each
+        value column is the last non-null value of the adds (the stored row is an add); with
+        no add after it, a ``-D`` that is the last item is the key's tombstone, and a ``-U``
+        after it leaves a row of nulls if the key ever had an add. None when a retraction
+        meets neither ``ignore-delete`` nor ``partial-update.remove-record-on-delete`` (the
+        per-key path reports it) or when two items of a key tie in merge order."""
+        if not self.stage.cfg.remove_record_on_delete and not effective.get_column(_ADD).all():
+            return None
+        old = old.join(effective.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
+        items = pl.concat([
+            effective.select(*self.rows, (pl.col(_MR) * 3 + pl.col(_ADD).cast(pl.Int64) + 1).alias("$o"),
+                             pl.col(_ADD).alias("$add"), (pl.col(KIND) == DELETE).alias("$del")),
+            old.select(*self.rows, (pl.col(_OMR) * 3).alias("$o"), pl.col(_HAS_OLD).alias("$add"),
+                       (~pl.col(_HAS_OLD)).alias("$del")),
+        ])
+        if items.select(pl.len().over(*self.key, "$o").max()).item(0, 0) not in (None, 1):
+            return None
+        items = items.with_columns(pl.col("$o").filter(pl.col("$del")).max().over(self.key).alias("$d"))
+        after = pl.col("$d").is_null() | (pl.col("$o") > pl.col("$d"))
+        per_key = items.group_by(self.key).agg(
+            pl.col("$add").any().alias("$met"),
+            (after & pl.col("$add")).any().alias("$add_after"),
+            (after & ~pl.col("$add")).any().alias("$u_after"),
+            pl.col("$d").first().is_not_null().alias("$has_d"),
+        )
+        values = [c for i, c in enumerate(self.rows) if i not in self.stage.pk]
+        last = items.filter(after & pl.col("$add")).sort("$o").group_by(self.key).agg(
+            pl.col(c).drop_nulls().last() for c in values
+        )
+        deleted = items.filter(pl.col("$o") == pl.col("$d")).select(*self.key, *(pl.col(c).alias("$d_" + c) for c in values))
+        keys = per_key.join(last, on=self.key, how="left", nulls_equal=True).join(
+            deleted, on=self.key, how="left", nulls_equal=True
+        )
+        has_new = pl.col("$add_after") | (pl.col("$has_d") & pl.col("$u_after") & pl.col("$met"))
+        has_tomb = pl.col("$has_d") & ~pl.col("$add_after") & ~pl.col("$u_after") & self.stage.keep_tombstones
+        keys = keys.select(
+            *self.key,
+            *(pl.col(c).alias(_NEW + c) if c in self.key else
+              pl.when(has_tomb).then(pl.col("$d_" + c)).otherwise(pl.col(c)).alias(_NEW + c) for c in self.rows),
+            has_new.alias(_HAS_NEW), has_tomb.alias(_HAS_TOMB),
+        )
+        latest = effective.group_by(self.key).agg(pl.col(_PR).max().alias(_NPR))
+        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), _OPR, _S, _HAS_OLD)
+        keys = keys.join(latest, on=self.key, nulls_equal=True).join(old, on=self.key, how="left", nulls_equal=True)
+        return keys.with_columns(
+            pl.col(_HAS_OLD).fill_null(False), pl.max_horizontal(_NPR, pl.col(_OPR).fill_null(-1)).alias(_NPR)
+        )
 
     def _emitted(self, keys: pl.DataFrame, batch: pl.DataFrame, table: pa.Table, positions: pl.DataFrame, pos: list[str]) -> pa.Table:
         """The changes the producer emits, in the batch's layout and types."""
@@ -302,7 +366,7 @@ class MergeKernel:
         kept = np.ones(stored.num_rows, dtype=bool)
         kept[keys.get_column(_S).drop_nulls().to_numpy()] = False
         kept_table = stored.filter(pa.array(kept))
-        new = keys if self.stage.keep_tombstones else keys.filter(pl.col(_HAS_NEW))
+        new = keys.filter(pl.col(_HAS_NEW) | pl.col(_HAS_TOMB))
         new_rows = new.select(*(pl.col(_NEW + c).alias(n) for c, n in zip(self.rows, self.schema.names))).to_arrow().cast(self.schema)
         items = [c.combine_chunks() for c in new_rows.columns]
         is_row = new.get_column(_HAS_NEW).to_arrow()
