@@ -37,10 +37,11 @@ record of its own sequence and position, and folds. The stored item is the key's
 The per-key path breaks a tie of two records of one sequence, position and sign by the rows'
 ``repr``. Where such a tie may decide the fold (the last record of ``deduplicate``, the first
 add of ``first-row``, any tie of a ``partial-update`` key), and where a ``first-row`` key gets
-a retraction (an error the per-key path reports), the batch takes the per-key path. So do batches whose columns are not the stage's
-typed columns of types whose Arrow equality is Python's (``state_tables.compares_as_python``:
-no floats, no nested values), changes of weight other than one, stored positions of another
-length than the batch's, and batches of fewer than ``min_changes`` changes.
+a retraction (an error the per-key path reports), the batch takes the per-key path. So do
+batches whose columns are not the stage's typed columns of types whose Arrow equality is
+Python's (``state_tables.compares_as_python``: no floats, no nested values), changes of
+weight other than one, stored positions of another length than the batch's, and batches of
+fewer than ``min_changes`` changes.
 
 State: the stage's ``merge-engine/1`` table, read and written as a table (``TableBucket``), so
 either path reads what the other wrote, and untouched keys cost no Python (their rows are kept
