@@ -78,7 +78,7 @@ _I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position ran
 _OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
 _HAS_OLD, _HAS_NEW, _OPR, _NPR = "$has_old", "$has_new", "$opr", "$npr"
 _TOP, _FIRST, _S = "$top", "$first", "$s"  # the kept record's merge rank, the key's first change, stored row
-_MR, _OMR, _STORED = "$mr", "$omr", "$stored"  # merge ranks of a record and of the stored item; a stored item
+_MR, _OMR = "$mr", "$omr"  # merge ranks of a record and of the stored item (null: none stored)
 _HAS_TOMB = "$has_tomb"  # the key's new item is a tombstone
 
 
@@ -258,15 +258,12 @@ class MergeKernel:
         """Per key with remaining records: the row before (``$old`` columns, ``$has_old``) and
         the item after (``$new`` columns: the row, with ``$has_new``, else the tombstone), and
         the key's new position rank ``$npr``."""
-        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), _OPR, _OMR, _S, _HAS_OLD,
-                         pl.lit(True).alias(_STORED))
-        keys = folded.join(old, on=self.key, how="left", nulls_equal=True).with_columns(
-            pl.col(_HAS_OLD).fill_null(False), pl.col(_STORED).fill_null(False)
-        )
+        old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), _OPR, _OMR, _S, _HAS_OLD)
+        keys = folded.join(old, on=self.key, how="left", nulls_equal=True).with_columns(pl.col(_HAS_OLD).fill_null(False))
         if self.first_row:
             keep_old = pl.col(_HAS_OLD)
         else:
-            keep_old = pl.col(_STORED) & (pl.col(_TOP) < pl.col(_OMR))  # the stored item folds last
+            keep_old = (pl.col(_TOP) < pl.col(_OMR)).fill_null(False)  # the stored item folds last
         keys = keys.with_columns(
             *(pl.when(keep_old).then(pl.col(_OLD + c)).otherwise(pl.col(_NEW + c)).alias(_NEW + c) for c in self.rows),
             pl.when(keep_old).then(pl.col(_HAS_OLD)).otherwise(pl.col(_HAS_NEW)).alias(_HAS_NEW),
