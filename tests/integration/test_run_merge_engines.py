@@ -284,8 +284,10 @@ INSERT INTO dst SELECT k, v, w FROM src;
         (True, ", 'sequence.field' = 'w'"),
         (True, ", 'merge-engine' = 'partial-update', 'partial-update.remove-record-on-delete' = 'true', "
                "'sequence.field' = 'w'"),
+        (False, ", 'merge-engine' = 'aggregation', 'fields.w.aggregate-function' = 'sum', "
+                "'fields.v.aggregate-function' = 'max', 'ignore-delete' = 'true'"),
     ],
-    ids=["deduplicate", "deduplicate-sequence-field", "partial-update"],
+    ids=["deduplicate", "deduplicate-sequence-field", "partial-update", "aggregation"],
 )
 def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(
     spark, kafka_bootstrap, tmp_path, monkeypatch, sequence, options

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_harness import RECORDS, StoredHost, c, per_key_view
@@ -25,6 +26,7 @@ from tidemark.engine import state_codec
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.changelog import Change
 from tidemark.engine.driver import Bucket, PerKeyAdapter, batch_stage
+from tidemark.engine.errors import InputError
 from tidemark.engine.kernels.merge import KERNEL_MIN_CHANGES, MergeKernel, supports
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge.stage import KERNEL_ENV, MergeEngineStage, MergeState
@@ -138,6 +140,45 @@ def test_partial_update_completes_a_row_field_by_field_and_a_delete_removes_it()
     assert host.fell_back == 0
 
 
+def test_aggregation_folds_each_column_with_its_function_and_an_overflow_takes_the_per_key_path():
+    host = stored_host(merge("aggregation", "lookup", **{
+        "fields.v.aggregate-function": "sum", "fields.grp.aggregate-function": "first_non_null_value", "ignore-delete": "true",
+    }))
+    assert host.run(columns([c("+I", 1, None, 2, pos=1), c("+I", 1, "b", None, pos=2), c("+I", 1, "c", 3, pos=3)])) == [
+        c("+I", 1, "b", 5, pos=3),
+    ]
+    assert host.run(columns([c("+I", 1, "d", 2**31 - 10, pos=4), c("-D", 1, "e", 7, pos=5)])) == [
+        c("-U", 1, "b", 5, pos=4), c("+U", 1, "b", 2**31 - 5, pos=4),
+    ]
+    assert host.fell_back == 0
+    with pytest.raises(InputError, match="column 'v': INT overflow in 'sum'"):
+        host.run(columns([c("+I", 1, None, 5, pos=6)]))
+    assert host.fell_back == 1
+
+
+def test_aggregation_counts_and_folds_booleans_as_the_per_key_stage():
+    names, pk = ["id", "flag", "any", "n"], (0,)
+    types = [parse_type(t) for t in ("BIGINT", "BOOLEAN", "BOOLEAN", "INT")]
+    opts = {"merge-engine": "aggregation", "changelog-producer": "lookup", "ignore-delete": "true",
+            "fields.flag.aggregate-function": "bool_and", "fields.any.aggregate-function": "bool_or",
+            "fields.n.aggregate-function": "count"}
+    schema = pa.schema([("id", pa.int64()), ("flag", pa.bool_()), ("any", pa.bool_()), ("n", pa.int32())])
+    stage = build_merge_engine("t", names, pk, opts, input_retracts=True, types=types)
+    host, reference, bucket = StoredHost(stage, MergeKernel(stage)), PerKeyAdapter(stage), Bucket()
+    batches = [
+        [c("+I", 1, True, None, None, pos=1), c("+I", 1, None, False, 9, pos=2), c("+I", 2, None, None, None, pos=3)],
+        [c("+I", 1, False, True, 1, pos=4), c("+I", 2, True, None, 4, pos=5), c("+I", 3, True, True, 0, pos=0)],
+    ]
+    for changes in batches:
+        bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], bucket, BatchContext())
+        assert host.run(ChangeBatch.from_table(ChangeBatch.from_changes(changes, schema).table())) == want.changes()
+        assert state_codec.decode_state(stage, host.stored).states == bucket.states
+    assert host.fell_back == 0
+    assert {k: s.row for k, s in bucket.states.items()} == {
+        (1,): (1, False, True, 2), (2,): (2, True, None, 1), (3,): (3, True, True, 1),
+    }
+
+
 def test_the_input_producer_passes_every_record_on_in_the_canonical_order():
     host = stored_host(merge(producer="input", **{"ignore-delete": "true"}))
     got = host.run(columns([c("+I", 2, "b", 1, pos=2), c("-D", 1, "a", 1, pos=1), c("+I", 1, "a", 1, pos=3)]))
@@ -166,6 +207,17 @@ CONFIGS = st.sampled_from([
     ("partial-update", "input", {"partial-update.remove-record-on-delete": "true"}),
     ("partial-update", "lookup", {"partial-update.remove-record-on-delete": "true", "sequence.field": "v"}),
     ("partial-update", "none", {"ignore-delete": "true", "sequence.field": "v", "sequence.field.sort-order": "descending"}),
+    ("aggregation", "lookup", {"fields.v.aggregate-function": "sum", "fields.grp.aggregate-function": "max", "ignore-delete": "true"}),
+    ("aggregation", "none", {"fields.v.aggregate-function": "count", "fields.grp.aggregate-function": "last_non_null_value",
+                             "ignore-delete": "true"}),
+    ("aggregation", "input", {"fields.v.aggregate-function": "min", "fields.grp.aggregate-function": "first_value",
+                              "ignore-delete": "true"}),
+    ("aggregation", "lookup", {"fields.v.aggregate-function": "max", "fields.grp.aggregate-function": "first_non_null_value",
+                               "changelog-producer.row-deduplicate": "true", "ignore-delete": "true"}),
+    ("aggregation", "lookup", {"fields.v.aggregate-function": "sum", "fields.grp.aggregate-function": "last_value"}),
+    ("aggregation", "none", {"sequence.field": "v", "fields.grp.aggregate-function": "last_value", "ignore-delete": "true"}),
+    ("aggregation", "lookup", {"sequence.field": "v", "sequence.field.sort-order": "descending",
+                               "fields.grp.aggregate-function": "min", "ignore-delete": "true"}),
 ])
 
 

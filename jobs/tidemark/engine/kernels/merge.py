@@ -1,7 +1,8 @@
 """The merge engine sink (``tidemark.engine.stages.merge``) under the batch contract, for the
-engines whose fold is a choice per column of one record: ``deduplicate`` (the last record in
-merge order, with or without ``sequence.field``), ``first-row`` (the first add) and
-``partial-update`` without sequence groups (per column, the last non-null value), with the
+engines whose fold is a choice per column of one record or an aggregate over a key's
+adds: ``deduplicate`` (the last record in merge order, with or without ``sequence.field``),
+``first-row`` (the first add), ``partial-update`` without sequence groups (per column, the
+last non-null value) and ``aggregation`` with the functions of ``FUNCTIONS``, with the
 ``none``, ``input`` or ``lookup`` changelog producer. One polars pass per batch; the other
 engines and producers, and the cases below, take the per-key path.
 
@@ -27,6 +28,11 @@ record of its own sequence and position, and folds. The stored item is the key's
   under ``partial-update.remove-record-on-delete``) leaves a row of nulls if the key had an add
   anywhere in the fold. A retraction without ``ignore-delete`` or that option is an error the
   per-key path reports, and a tie of two items decides columns, so both take that path.
+- ``aggregation``: per value column, the column's function over the key's items (the
+  stored row and the records) in merge order (``_aggregated_keys``); a sequence field takes
+  the last item's value. A retraction (``-U``/``-D``), a stored tombstone, a tie of two items
+  of a key and a sum or count that may overflow its integer type take the per-key path,
+  which folds retractions and reports the overflow.
 - The key's position: the greatest of the stored one and its remaining records'.
 - Emitted, at the key's position, from the row before (``old``) and after (``new``): ``none``
   an upsert (``+I``, ``+U`` or ``-D``) when they differ; ``lookup`` ``+I``, ``-D`` or a
@@ -64,6 +70,7 @@ from tidemark.engine.changelog import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFOR
 from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.kernels.table_bucket import TableBucket
 from tidemark.engine.stage import BatchContext
+from tidemark.engine.stages.merge.aggregators import INT_RANGES, FieldAgg, IgnoreRetract
 from tidemark.engine.state_tables import POSITION, compares_as_python
 
 if TYPE_CHECKING:
@@ -72,7 +79,11 @@ if TYPE_CHECKING:
 #: below this many changes a call costs less per key than the kernel's fixed polars cost
 #: (``tests/bench/bench_merge_kernel.py``)
 KERNEL_MIN_CHANGES = 1500
-ENGINES = ("deduplicate", "first-row", "partial-update")
+ENGINES = ("deduplicate", "first-row", "partial-update", "aggregation")
+#: ``aggregation`` functions the kernel folds (``_aggregated``); ``sum`` and ``count`` on
+#: integer columns only, whose overflow the kernel can bound before it adds
+FUNCTIONS = frozenset({"sum", "count", "max", "min", "last_value", "last_non_null_value", "first_value",
+                       "first_non_null_value", "bool_and", "bool_or"})
 PRODUCERS = ("none", "input", "lookup")
 _I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position rank, rank in (row, sign)
 _OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
@@ -80,13 +91,27 @@ _HAS_OLD, _HAS_NEW, _OPR, _NPR = "$has_old", "$has_new", "$opr", "$npr"
 _TOP, _FIRST, _S = "$top", "$first", "$s"  # the kept record's merge rank, the key's first change, stored row
 _MR, _OMR = "$mr", "$omr"  # merge ranks of a record and of the stored item (null: none stored)
 _HAS_TOMB = "$has_tomb"  # the key's new item is a tombstone
+#: a float sum of absolute values below this share of a type's bound is certainly in range
+#: (float64 rounding of a sum of up to 2**20 terms stays below 2**-33 of it)
+_SAFE = 1 - 2**-30
 
 
 def supports(stage: MergeEngineStage) -> bool:
     """Whether the kernel computes what ``stage`` does (module docstring)."""
     cfg = stage.cfg
     return (cfg.engine in ENGINES and not cfg.groups and cfg.producer in PRODUCERS
-            and schema_of(stage) is not None)
+            and schema_of(stage) is not None and all(_folds(a) for a in cfg.aggs.values()))
+
+
+def _folds(agg: FieldAgg) -> bool:
+    """Whether the kernel folds ``agg`` (``FUNCTIONS``)."""
+    inner = _inner(agg)
+    return inner.name in FUNCTIONS and (inner.name not in ("sum", "count") or inner.type_name in INT_RANGES)
+
+
+def _inner(agg: FieldAgg) -> FieldAgg:
+    """The function ``fields.<f>.ignore-retract`` wraps: the kernel takes no retraction."""
+    return agg.inner if isinstance(agg, IgnoreRetract) else agg
 
 
 class MergeKernel:
@@ -106,6 +131,11 @@ class MergeKernel:
         self.partial = stage.cfg.engine == "partial-update"
         self.sequence = [self.rows[i] for i in stage.cfg.sequence_fields]
         self.descending = not stage.cfg.sequence_ascending
+        #: ``aggregation``: value column -> (function, bounds of its integer type or None)
+        self.aggs = {
+            self.rows[i]: (_inner(a).name, INT_RANGES.get(_inner(a).type_name or ""))
+            for i, a in stage.cfg.aggs.items()
+        } if stage.cfg.engine == "aggregation" else {}
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
@@ -172,6 +202,8 @@ class MergeKernel:
         effective, old = self._merge_ranked(effective, old.drop("pos").with_columns(old_ranks.alias(_OPR)))
         if self.partial:
             keys = self._partial_keys(effective, old)
+        elif self.aggs:
+            keys = self._aggregated_keys(effective, old)
         else:
             folded = self._folded(effective)
             keys = self._keys(folded, old) if folded is not None else None
@@ -315,6 +347,50 @@ class MergeKernel:
               pl.when(has_tomb).then(pl.col("$d_" + c)).otherwise(pl.col(c)).alias(_NEW + c) for c in self.rows),
             has_new.alias(_HAS_NEW), has_tomb.alias(_HAS_TOMB),
         )
+        return self._with_old(keys, effective, old)
+
+    def _aggregated_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
+        """``aggregation``, per key with remaining records: the columns ``_keys`` gives, each
+        value column folded over the key's items (its records and stored row) in merge
+        order by its function: ``sum`` and ``count`` add (a stored count is a count, a
+        record counts one per non-null value), ``max``, ``min``, ``bool_and`` and ``bool_or``
+        over the non-null values, ``first_value``/``last_value`` the first or last item's
+        value, null included, the ``_non_null_`` variants skip nulls, each null when no
+        value counts; a sequence field takes the last item's value. None (per-key path) for
+        a retraction, a stored tombstone, two items of a key that tie in merge order, and a
+        sum or count that may overflow its type (the per-key path reports it)."""
+        old = old.join(effective.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
+        if not effective.get_column(_ADD).all() or not old.get_column(_HAS_OLD).all():
+            return None
+        state = pl.col("$state")
+        items = pl.concat([
+            effective.select(*self.rows, (pl.col(_MR) * 2 + 1).alias("$o"), pl.lit(False).alias("$state")),
+            old.select(*self.rows, (pl.col(_OMR) * 2).alias("$o"), pl.lit(True).alias("$state")),
+        ]).sort("$o")
+        if items.select(pl.len().over(*self.key, "$o").max()).item(0, 0) not in (None, 1):
+            return None
+        schema = items.schema
+        counted = {c: pl.when(state).then(pl.col(c)).otherwise(pl.col(c).is_not_null().cast(pl.Int64).replace(0, None))
+                   for c, (name, _) in self.aggs.items() if name == "count"}
+        items = items.with_columns(counted[c].cast(pl.Int64).alias(c) for c in counted)
+        bounded = [c for c, (name, _) in self.aggs.items() if name in ("sum", "count")]
+        if bounded:
+            largest = items.group_by(self.key).agg(pl.col(c).cast(pl.Float64).abs().sum() for c in bounded).select(bounded).max()
+            if any(largest[c][0] is not None and largest[c][0] > _SAFE * self.aggs[c][1][1] for c in bounded):
+                return None
+        folded = items.group_by(self.key, maintain_order=True).agg(
+            *(_folded_column(pl.col(c), self.aggs[c][0]) if c in self.aggs else pl.col(c).last()
+              for c in self.rows if c not in self.key)
+        )
+        keys = folded.select(
+            *self.key, *(pl.col(c).cast(schema[c]).alias(_NEW + c) for c in self.rows),
+            pl.lit(True).alias(_HAS_NEW), pl.lit(False).alias(_HAS_TOMB),
+        )
+        return self._with_old(keys, effective, old)
+
+    def _with_old(self, keys: pl.DataFrame, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame:
+        """``keys`` (per key: the key, ``$new`` columns, ``$has_new``, ``$has_tomb``) with
+        the stored row's ``$old`` columns, ``$has_old``, ``$s`` and the new position rank."""
         latest = effective.group_by(self.key).agg(pl.col(_PR).max().alias(_NPR))
         old = old.select(*self.key, *(pl.col(c).alias(_OLD + c) for c in self.rows), _OPR, _S, _HAS_OLD)
         keys = keys.join(latest, on=self.key, nulls_equal=True).join(old, on=self.key, how="left", nulls_equal=True)
@@ -378,6 +454,22 @@ class MergeKernel:
         })
         table = pa.concat_tables([kept_table, fresh.cast(stored.schema)]) if kept_table.num_rows else fresh.cast(stored.schema)
         return TableBucket(table, self.stage.states_of_table)
+
+
+def _folded_column(col: pl.Expr, function: str) -> pl.Expr:
+    """One ``aggregation`` value column over a key's items in merge order (``count``'s
+    items already hold what each one counts)."""
+    some = col.count() > 0
+    if function in ("sum", "count"):
+        return pl.when(some).then(col.sum())
+    if function == "bool_and":
+        return pl.when(some).then(col.all())
+    if function == "bool_or":
+        return pl.when(some).then(col.any())
+    return {
+        "max": col.max(), "min": col.min(), "first_value": col.first(), "last_value": col.last(),
+        "first_non_null_value": col.drop_nulls().first(), "last_non_null_value": col.drop_nulls().last(),
+    }[function]
 
 
 def schema_of(stage: MergeEngineStage) -> pa.Schema | None:
