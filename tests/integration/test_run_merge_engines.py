@@ -285,7 +285,7 @@ INSERT INTO dst SELECT k, v, w FROM src;
         (True, ", 'merge-engine' = 'partial-update', 'partial-update.remove-record-on-delete' = 'true', "
                "'sequence.field' = 'w'"),
         (False, ", 'merge-engine' = 'aggregation', 'fields.w.aggregate-function' = 'sum', "
-                "'fields.v.aggregate-function' = 'max', 'ignore-delete' = 'true'"),
+                "'fields.v.aggregate-function' = 'last_non_null_value'"),
     ],
     ids=["deduplicate", "deduplicate-sequence-field", "partial-update", "aggregation"],
 )

@@ -1,5 +1,5 @@
-"""The merge engine kernel (``deduplicate``, ``first-row`` and ``partial-update``) against the
-per-key merge stage.
+"""The merge engine kernel (``deduplicate``, ``first-row``, ``partial-update`` and
+``aggregation``) against the per-key merge stage.
 
 Equivalence: over random multi-batch inputs (several records of one key in a batch, exact
 ``+X``/``-X`` pairs that cancel, records at one position, retractions of keys never stored,
@@ -7,10 +7,11 @@ positions that sort before the stored row's, NULLs, one- and two-column keys) wi
 producer the kernel takes (``none``, ``input``, ``lookup``), ``ignore-delete``,
 ``changelog-producer.row-deduplicate``, ``partial-update.remove-record-on-delete`` and
 ``sequence.field`` (one and two fields, NULLs, either sort order, so tombstones and late
-records with smaller sequences), the kernel emits per key the same changes in the same
-order as ``PerKeyAdapter``, counts the same metrics and stores the same states. The state goes
-through ``state_codec`` between batches, as on the Spark host, and each batch picks the kernel
-or the per-key path over the same stored state."""
+records with smaller sequences), and ``aggregation`` functions (with retractions,
+``ignore-retract`` and ``aggregation.remove-record-on-delete``), the kernel emits per key the
+same changes in the same order as ``PerKeyAdapter``, counts the same metrics and stores the
+same states. The state goes through ``state_codec`` between batches, as on the Spark host, and
+each batch picks the kernel or the per-key path over the same stored state."""
 
 from __future__ import annotations
 
@@ -156,6 +157,24 @@ def test_aggregation_folds_each_column_with_its_function_and_an_overflow_takes_t
     assert host.fell_back == 1
 
 
+def test_aggregation_folds_retractions_and_a_delete_removes_the_row():
+    host = stored_host(merge("aggregation", "lookup", **{
+        "aggregation.remove-record-on-delete": "true",
+        "fields.v.aggregate-function": "sum", "fields.grp.aggregate-function": "last_non_null_value",
+    }))
+    # a -U subtracts, and a retracted non-null value leaves last_non_null_value null
+    assert host.run(columns([c("+I", 1, "a", 5, pos=1), c("+I", 1, None, 2, pos=2), c("-U", 1, "a", 3, pos=3)])) == [
+        c("+I", 1, None, 4, pos=3),
+    ]
+    # only the items after the key's last -D fold
+    assert host.run(columns([c("-D", 1, None, 0, pos=4), c("+I", 1, "b", 1, pos=5)])) == [
+        c("-U", 1, None, 4, pos=5), c("+U", 1, "b", 1, pos=5),
+    ]
+    assert host.run(columns([c("-D", 1, "b", 1, pos=6)])) == [c("-D", 1, "b", 1, pos=6)]
+    assert state_codec.decode_state(host.stage, host.stored).states == {}
+    assert host.fell_back == 0
+
+
 def test_aggregation_counts_and_folds_booleans_as_the_per_key_stage():
     names, pk = ["id", "flag", "any", "n"], (0,)
     types = [parse_type(t) for t in ("BIGINT", "BOOLEAN", "BOOLEAN", "INT")]
@@ -218,6 +237,16 @@ CONFIGS = st.sampled_from([
     ("aggregation", "none", {"sequence.field": "v", "fields.grp.aggregate-function": "last_value", "ignore-delete": "true"}),
     ("aggregation", "lookup", {"sequence.field": "v", "sequence.field.sort-order": "descending",
                                "fields.grp.aggregate-function": "min", "ignore-delete": "true"}),
+    ("aggregation", "none", {"fields.v.aggregate-function": "count", "fields.grp.aggregate-function": "last_non_null_value"}),
+    ("aggregation", "lookup", {"fields.v.aggregate-function": "max", "fields.v.ignore-retract": "true",
+                               "fields.grp.aggregate-function": "first_value", "fields.grp.ignore-retract": "true"}),
+    ("aggregation", "lookup", {"aggregation.remove-record-on-delete": "true", "fields.v.aggregate-function": "sum",
+                               "fields.grp.aggregate-function": "last_non_null_value"}),
+    ("aggregation", "none", {"aggregation.remove-record-on-delete": "true", "sequence.field": "v",
+                             "fields.grp.aggregate-function": "last_value"}),
+    ("aggregation", "input", {"aggregation.remove-record-on-delete": "true", "sequence.field": "v",
+                              "sequence.field.sort-order": "descending", "fields.grp.aggregate-function": "min",
+                              "fields.grp.ignore-retract": "true"}),
 ])
 
 

@@ -28,11 +28,14 @@ record of its own sequence and position, and folds. The stored item is the key's
   under ``partial-update.remove-record-on-delete``) leaves a row of nulls if the key had an add
   anywhere in the fold. A retraction without ``ignore-delete`` or that option is an error the
   per-key path reports, and a tie of two items decides columns, so both take that path.
-- ``aggregation``: per value column, the column's function over the key's items (the
-  stored row and the records) in merge order (``_aggregated_keys``); a sequence field takes
-  the last item's value. A retraction (``-U``/``-D``), a stored tombstone, a tie of two items
-  of a key and a sum or count that may overflow its integer type take the per-key path,
-  which folds retractions and reports the overflow.
+- ``aggregation``: the key's items (stored row or tombstone, and records) in merge order,
+  under ``aggregation.remove-record-on-delete`` those after its last ``-D`` (a ``-D`` that
+  is the last item deletes the row); per value column its function over them
+  (``_aggregated_keys``), retractions folded by ``sum``, ``count``, ``last_value`` and
+  ``last_non_null_value`` and dropped under ``ignore-retract``; a sequence field takes the
+  last add's value. A retraction of another function (an error the per-key path reports), a
+  tie of two items of a key and a sum or count that may overflow its integer type take the
+  per-key path.
 - The key's position: the greatest of the stored one and its remaining records'.
 - Emitted, at the key's position, from the row before (``old``) and after (``new``): ``none``
   an upsert (``+I``, ``+U`` or ``-D``) when they differ; ``lookup`` ``+I``, ``-D`` or a
@@ -57,7 +60,7 @@ as stored, the touched keys' new rows after them).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -110,8 +113,26 @@ def _folds(agg: FieldAgg) -> bool:
 
 
 def _inner(agg: FieldAgg) -> FieldAgg:
-    """The function ``fields.<f>.ignore-retract`` wraps: the kernel takes no retraction."""
+    """The function ``fields.<f>.ignore-retract`` wraps."""
     return agg.inner if isinstance(agg, IgnoreRetract) else agg
+
+
+class _Agg(NamedTuple):
+    """An ``aggregation`` column's function as the kernel folds it."""
+
+    function: str
+    #: ``sum`` and ``count``: the range of the column's integer type
+    bounds: tuple[int, int] | None
+    #: a retraction folds (``sum``, ``count``, ``last_value``, ``last_non_null_value``)
+    retracts: bool
+    #: a retraction is an error (the other functions, without ``ignore-retract``)
+    refuses_retractions: bool
+
+    @classmethod
+    def of(cls, agg: FieldAgg) -> _Agg:
+        inner, ignored = _inner(agg), isinstance(agg, IgnoreRetract)
+        bounds = INT_RANGES.get(inner.type_name or "") if inner.name in ("sum", "count") else None
+        return cls(inner.name, bounds, inner.retractable and not ignored, not inner.retractable and not ignored)
 
 
 class MergeKernel:
@@ -131,11 +152,9 @@ class MergeKernel:
         self.partial = stage.cfg.engine == "partial-update"
         self.sequence = [self.rows[i] for i in stage.cfg.sequence_fields]
         self.descending = not stage.cfg.sequence_ascending
-        #: ``aggregation``: value column -> (function, bounds of its integer type or None)
-        self.aggs = {
-            self.rows[i]: (_inner(a).name, INT_RANGES.get(_inner(a).type_name or ""))
-            for i, a in stage.cfg.aggs.items()
-        } if stage.cfg.engine == "aggregation" else {}
+        self.aggregation = stage.cfg.engine == "aggregation"
+        #: ``aggregation``: value column -> its function
+        self.aggs = {self.rows[i]: _Agg.of(a) for i, a in stage.cfg.aggs.items()} if self.aggregation else {}
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
@@ -202,7 +221,7 @@ class MergeKernel:
         effective, old = self._merge_ranked(effective, old.drop("pos").with_columns(old_ranks.alias(_OPR)))
         if self.partial:
             keys = self._partial_keys(effective, old)
-        elif self.aggs:
+        elif self.aggregation:
             keys = self._aggregated_keys(effective, old)
         else:
             folded = self._folded(effective)
@@ -350,41 +369,57 @@ class MergeKernel:
         return self._with_old(keys, effective, old)
 
     def _aggregated_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
-        """``aggregation``, per key with remaining records: the columns ``_keys`` gives, each
-        value column folded over the key's items (its records and stored row) in merge
-        order by its function: ``sum`` and ``count`` add (a stored count is a count, a
-        record counts one per non-null value), ``max``, ``min``, ``bool_and`` and ``bool_or``
-        over the non-null values, ``first_value``/``last_value`` the first or last item's
-        value, null included, the ``_non_null_`` variants skip nulls, each null when no
-        value counts; a sequence field takes the last item's value. None (per-key path) for
-        a retraction, a stored tombstone, two items of a key that tie in merge order, and a
-        sum or count that may overflow its type (the per-key path reports it)."""
+        """``aggregation``, per key with remaining records: the columns ``_keys`` gives. The
+        key's items are its records and its stored row (an add) or tombstone (a ``-D``) in
+        merge order; under ``aggregation.remove-record-on-delete`` only the items after its
+        last ``-D`` fold, and a ``-D`` that is the last item deletes the row (with
+        ``sequence.field`` it is the key's tombstone). Each value column folds with its
+        function (``_folded_column``) over its items: the adds, and for ``sum``, ``count``,
+        ``last_value`` and ``last_non_null_value`` the retractions too unless
+        ``fields.<f>.ignore-retract`` drops them. A sequence field takes the last add's value.
+        None (per-key path) for a retraction of a function that takes none (an error there),
+        two items of a key that tie in merge order, and a sum or count that may overflow its
+        integer type at any step (the per-key path reports it)."""
         old = old.join(effective.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
-        if not effective.get_column(_ADD).all() or not old.get_column(_HAS_OLD).all():
+        remove = self.stage.cfg.aggregation_remove_record_on_delete
+        deletes = (pl.col(KIND) == DELETE) & remove
+        retracts = (~pl.col(_ADD) & ~deletes).any()
+        if effective.select(retracts).item() and any(a.refuses_retractions for a in self.aggs.values()):
             return None
-        state = pl.col("$state")
         items = pl.concat([
-            effective.select(*self.rows, (pl.col(_MR) * 2 + 1).alias("$o"), pl.lit(False).alias("$state")),
-            old.select(*self.rows, (pl.col(_OMR) * 2).alias("$o"), pl.lit(True).alias("$state")),
+            effective.select(*self.rows, (pl.col(_MR) * 3 + pl.col(_ADD).cast(pl.Int64) + 1).alias("$o"),
+                             pl.col(_ADD).alias("$add"), deletes.alias("$del"), pl.lit(False).alias("$state")),
+            old.select(*self.rows, (pl.col(_OMR) * 3).alias("$o"), pl.col(_HAS_OLD).alias("$add"),
+                       (~pl.col(_HAS_OLD)).alias("$del"), pl.lit(True).alias("$state")),
         ]).sort("$o")
         if items.select(pl.len().over(*self.key, "$o").max()).item(0, 0) not in (None, 1):
             return None
         schema = items.schema
-        counted = {c: pl.when(state).then(pl.col(c)).otherwise(pl.col(c).is_not_null().cast(pl.Int64).replace(0, None))
-                   for c, (name, _) in self.aggs.items() if name == "count"}
-        items = items.with_columns(counted[c].cast(pl.Int64).alias(c) for c in counted)
-        bounded = [c for c, (name, _) in self.aggs.items() if name in ("sum", "count")]
+        bounded = [c for c, a in self.aggs.items() if a.bounds is not None]
+        items = items.with_columns(_counted(pl.col(c), self.aggs[c]).alias(c) for c in bounded)
         if bounded:
             largest = items.group_by(self.key).agg(pl.col(c).cast(pl.Float64).abs().sum() for c in bounded).select(bounded).max()
-            if any(largest[c][0] is not None and largest[c][0] > _SAFE * self.aggs[c][1][1] for c in bounded):
+            if any(largest[c][0] is not None and largest[c][0] > _SAFE * self.aggs[c].bounds[1] for c in bounded):
                 return None
-        folded = items.group_by(self.key, maintain_order=True).agg(
-            *(_folded_column(pl.col(c), self.aggs[c][0]) if c in self.aggs else pl.col(c).last()
+        items = items.with_columns(pl.col("$o").filter(pl.col("$del")).max().over(self.key).alias("$d"))
+        after = pl.col("$d").is_null() | (pl.col("$o") > pl.col("$d"))
+        add = pl.col("$add")
+        folded = items.filter(after).group_by(self.key, maintain_order=True).agg(
+            *(_folded_column(pl.col(c), add, self.aggs[c]) if c in self.aggs else pl.col(c).filter(add).last()
               for c in self.rows if c not in self.key)
         )
-        keys = folded.select(
-            *self.key, *(pl.col(c).cast(schema[c]).alias(_NEW + c) for c in self.rows),
-            pl.lit(True).alias(_HAS_NEW), pl.lit(False).alias(_HAS_TOMB),
+        values = [c for c in self.rows if c not in self.key]
+        deleted = items.filter(pl.col("$o") == pl.col("$d")).select(*self.key, *(pl.col(c).alias("$d_" + c) for c in values))
+        keys = items.group_by(self.key).agg(after.any().alias(_HAS_NEW)).join(
+            folded, on=self.key, how="left", nulls_equal=True
+        ).join(deleted, on=self.key, how="left", nulls_equal=True)
+        has_tomb = ~pl.col(_HAS_NEW) & self.stage.keep_tombstones
+        keys = keys.select(
+            *self.key,
+            *(pl.col(c).alias(_NEW + c) if c in self.key else
+              pl.when(has_tomb).then(pl.col("$d_" + c)).otherwise(pl.col(c)).cast(schema[c]).alias(_NEW + c)
+              for c in self.rows),
+            _HAS_NEW, has_tomb.alias(_HAS_TOMB),
         )
         return self._with_old(keys, effective, old)
 
@@ -456,12 +491,30 @@ class MergeKernel:
         return TableBucket(table, self.stage.states_of_table)
 
 
-def _folded_column(col: pl.Expr, function: str) -> pl.Expr:
-    """One ``aggregation`` value column over a key's items in merge order (``count``'s
-    items already hold what each one counts)."""
-    some = col.count() > 0
+def _counted(col: pl.Expr, agg: _Agg) -> pl.Expr:
+    """What each item adds to a ``sum`` or ``count`` column: the value, or one per non-null
+    value (a stored count is a count), negated for a retraction; null for a null value and
+    for a retraction ``ignore-retract`` drops."""
+    add, state = pl.col("$add"), pl.col("$state")
+    one = col.is_not_null().cast(pl.Int64).replace(0, None)
+    part = col.cast(pl.Int64) if agg.function == "sum" else pl.when(state).then(col.cast(pl.Int64)).otherwise(one)
+    return pl.when(add).then(part).when(pl.lit(agg.retracts)).then(-part)
+
+
+def _folded_column(col: pl.Expr, add: pl.Expr, agg: _Agg) -> pl.Expr:
+    """One ``aggregation`` value column over a key's items in merge order (``sum``'s and
+    ``count``'s items already hold what each adds, ``_counted``). ``last_value`` and
+    ``last_non_null_value`` take retractions: the last item (of a non-null value) decides,
+    and a retraction there leaves null. The other functions fold the adds only."""
+    function = agg.function
     if function in ("sum", "count"):
-        return pl.when(some).then(col.sum())
+        return pl.when(col.count() > 0).then(col.sum())
+    if agg.retracts and function == "last_value":
+        return pl.when(add.last()).then(col.last())
+    if agg.retracts and function == "last_non_null_value":
+        return pl.when(add.filter(col.is_not_null()).last()).then(col.drop_nulls().last())
+    col = col.filter(add)
+    some = col.count() > 0
     if function == "bool_and":
         return pl.when(some).then(col.all())
     if function == "bool_or":
