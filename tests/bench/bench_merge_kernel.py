@@ -6,7 +6,8 @@ new state. By ``MergeKernel`` and by ``PerKeyAdapter`` around the same stage, al
 medians of ``--repeats`` runs each, for buckets of several sizes. The records are upserts of a
 stored key or a new one, a tenth of them deletes, into a table of five columns; the engines
 and producers are those the kernel computes (``sequence.field`` on a random column, so that
-records arrive out of sequence and deletes leave tombstones).
+records arrive out of sequence and deletes leave tombstones; ``aggregation`` with a function
+of each kind, the deletes retractions).
 
 Run:  .venv/bin/python tests/bench/bench_merge_kernel.py [--repeats 5]
 """
@@ -32,6 +33,9 @@ CONFIGS = (
     ("deduplicate", {"changelog-producer": "lookup", "sequence.field": "level"}, True),
     ("partial-update", {"changelog-producer": "lookup", "partial-update.remove-record-on-delete": "true"}, True),
     ("first-row", {"changelog-producer": "lookup", "ignore-delete": "true"}, False),
+    ("aggregation", {"changelog-producer": "lookup", "fields.qty.aggregate-function": "sum",
+                     "fields.level.aggregate-function": "max", "fields.level.ignore-retract": "true",
+                     "fields.name.aggregate-function": "last_non_null_value", "fields.ts.aggregate-function": "count"}, True),
 )
 
 
@@ -56,6 +60,7 @@ def main() -> None:
         kernel = MergeKernel(stage)
         schema = schema_of(stage)
         label = f"{engine} {', '.join(f'{k}={v}' for k, v in options.items())}"
+        label = label.replace("fields.", "").replace(".aggregate-function", "")
         for n_stored, n_changes in SHAPES:
             warm, changes = workload(n_stored, n_changes, args.seed)
             pk_s, k_s = per_key_and_kernel(stage, kernel, schema, warm, changes, args.repeats)
