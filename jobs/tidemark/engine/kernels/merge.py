@@ -1,6 +1,6 @@
 """The merge engine sink (``tidemark.engine.stages.merge``) under the batch contract, for the
 engines whose fold is a choice per column of one record or an aggregate over a key's
-adds: ``deduplicate`` (the last record in merge order, with or without ``sequence.field``),
+records: ``deduplicate`` (the last record in merge order, with or without ``sequence.field``),
 ``first-row`` (the first add), ``partial-update`` without sequence groups (per column, the
 last non-null value) and ``aggregation`` with the functions of ``FUNCTIONS``, with the
 ``none``, ``input`` or ``lookup`` changelog producer. One polars pass per batch; the other
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 #: (``tests/bench/bench_merge_kernel.py``)
 KERNEL_MIN_CHANGES = 1500
 ENGINES = ("deduplicate", "first-row", "partial-update", "aggregation")
-#: ``aggregation`` functions the kernel folds (``_aggregated``); ``sum`` and ``count`` on
+#: ``aggregation`` functions the kernel folds (``_folded_column``); ``sum`` and ``count`` on
 #: integer columns only, whose overflow the kernel can bound before it adds
 FUNCTIONS = frozenset({"sum", "count", "max", "min", "last_value", "last_non_null_value", "first_value",
                        "first_non_null_value", "bool_and", "bool_or"})
