@@ -284,10 +284,11 @@ INSERT INTO dst SELECT k, v, w FROM src;
         (True, ", 'sequence.field' = 'w'"),
         (True, ", 'merge-engine' = 'partial-update', 'partial-update.remove-record-on-delete' = 'true', "
                "'sequence.field' = 'w'"),
+        (True, ", 'merge-engine' = 'partial-update', 'fields.w.sequence-group' = 'v', 'ignore-delete' = 'true'"),
         (False, ", 'merge-engine' = 'aggregation', 'fields.w.aggregate-function' = 'sum', "
                 "'fields.v.aggregate-function' = 'last_non_null_value'"),
     ],
-    ids=["deduplicate", "deduplicate-sequence-field", "partial-update", "aggregation"],
+    ids=["deduplicate", "deduplicate-sequence-field", "partial-update", "partial-update-sequence-group", "aggregation"],
 )
 def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(
     spark, kafka_bootstrap, tmp_path, monkeypatch, sequence, options

@@ -5,8 +5,8 @@ Equivalence: over random multi-batch inputs (several records of one key in a bat
 ``+X``/``-X`` pairs that cancel, records at one position, retractions of keys never stored,
 positions that sort before the stored row's, NULLs, one- and two-column keys) with each
 producer the kernel takes (``none``, ``input``, ``lookup``), ``ignore-delete``,
-``changelog-producer.row-deduplicate``, ``partial-update.remove-record-on-delete`` and
-``sequence.field`` (one and two fields, NULLs, either sort order, so tombstones and late
+``changelog-producer.row-deduplicate``, ``partial-update.remove-record-on-delete``, a
+sequence group, ``sequence.field`` (one and two fields, NULLs, either sort order, so tombstones and late
 records with smaller sequences), and ``aggregation`` functions (with retractions,
 ``ignore-retract`` and ``aggregation.remove-record-on-delete``), the kernel emits per key the
 same changes in the same order as ``PerKeyAdapter``, counts the same metrics and stores the
@@ -15,6 +15,7 @@ each batch picks the kernel or the per-key path over the same stored state."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pyarrow as pa
@@ -62,7 +63,8 @@ def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
         assert isinstance(batch_stage(stage), MergeKernel)
         assert batch_stage(stage).min_changes == KERNEL_MIN_CHANGES
     for stage in (
-        merge("partial-update", **{"fields.v.sequence-group": "grp", "ignore-delete": "true"}),
+        merge("partial-update", **{"fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "max",
+                                   "ignore-delete": "true"}),
         merge(producer="full-compaction"),
         build_merge_engine("t", ["id", "x"], (0,), {}, input_retracts=True, types=[parse_type("BIGINT"), parse_type("DOUBLE")]),
     ):
@@ -139,6 +141,32 @@ def test_partial_update_completes_a_row_field_by_field_and_a_delete_removes_it()
         (1,): MergeState(row=(1, None, 7), pos=(6,))
     }
     assert host.fell_back == 0
+
+
+def test_partial_update_sequence_groups_take_the_last_update_of_the_greatest_sequence():
+    """Random insert batches into a free column ``f`` and a group ``s`` -> ``m``, the kernel
+    on every other batch, against the per-key stage: the same changes and stored states."""
+    names, types = ["id", "f", "s", "m"], [parse_type(t) for t in ("BIGINT", "STRING", "INT", "STRING")]
+    schema = pa.schema([("id", pa.int64()), ("f", pa.string()), ("s", pa.int32()), ("m", pa.string())])
+    opts = {"merge-engine": "partial-update", "changelog-producer": "lookup", "ignore-delete": "true",
+            "fields.s.sequence-group": "m"}
+    stage = build_merge_engine("t", names, (0,), opts, input_retracts=True, types=types)
+    host = StoredHost(stage, MergeKernel(stage))
+    assert host.run(ChangeBatch.from_table(ChangeBatch.from_changes([
+        c("+I", 1, "a", 2, "x", pos=1), c("+I", 1, None, 1, "old", pos=2), c("+I", 1, "b", None, "none", pos=3),
+        c("+I", 1, None, 2, None, pos=4),
+    ], schema).table())) == [c("+I", 1, "b", 2, None, pos=4)]
+    host, reference, bucket = StoredHost(stage, MergeKernel(stage)), PerKeyAdapter(stage), Bucket()
+    rng, kernel_calls = random.Random(3), 0
+    for n in range(200):
+        changes = [c("+I", rng.randrange(4), rng.choice(["a", "b", None]), rng.choice([1, 2, 3, None]),
+                     rng.choice(["x", "y", None]), pos=n * 10 + rng.randrange(8)) for _ in range(rng.randrange(1, 6))]
+        bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], bucket, BatchContext())
+        got = host.run(ChangeBatch.from_table(ChangeBatch.from_changes(changes, schema).table()), kernel=n % 2 == 0)
+        assert per_key_view(stage, got) == per_key_view(stage, want.changes())
+        assert state_codec.decode_state(stage, host.stored).states == bucket.states
+        kernel_calls += n % 2 == 0
+    assert host.fell_back < kernel_calls / 2  # the rest are ties of two records at one position
 
 
 def test_aggregation_folds_each_column_with_its_function_and_an_overflow_takes_the_per_key_path():
@@ -226,6 +254,9 @@ CONFIGS = st.sampled_from([
     ("partial-update", "input", {"partial-update.remove-record-on-delete": "true"}),
     ("partial-update", "lookup", {"partial-update.remove-record-on-delete": "true", "sequence.field": "v"}),
     ("partial-update", "none", {"ignore-delete": "true", "sequence.field": "v", "sequence.field.sort-order": "descending"}),
+    ("partial-update", "lookup", {"fields.v.sequence-group": "grp", "ignore-delete": "true"}),
+    ("partial-update", "none", {"fields.v.sequence-group": "grp"}),
+    ("partial-update", "input", {"fields.v.sequence-group": "grp", "ignore-delete": "true"}),
     ("aggregation", "lookup", {"fields.v.aggregate-function": "sum", "fields.grp.aggregate-function": "max", "ignore-delete": "true"}),
     ("aggregation", "none", {"fields.v.aggregate-function": "count", "fields.grp.aggregate-function": "last_non_null_value",
                              "ignore-delete": "true"}),
@@ -260,6 +291,8 @@ def test_kernel_equals_the_per_key_stage(batches, pk, config):
     """Per batch: whether the stored host runs the kernel, and whether the batch arrives as
     Arrow columns (the Spark host's form) or ``Change`` tuples (the replay host's)."""
     engine, producer, options = config
+    if any(k.endswith(".sequence-group") for k in options):
+        pk = (0,)  # a key column cannot be in a sequence group
     stage = merge(engine, producer, pk=pk, **options)
     reference, ref_bucket, ref_metrics = PerKeyAdapter(stage), Bucket(), Counter()
     host = stored_host(stage)

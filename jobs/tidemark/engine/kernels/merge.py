@@ -1,8 +1,8 @@
 """The merge engine sink (``tidemark.engine.stages.merge``) under the batch contract, for the
 engines whose fold is a choice per column of one record or an aggregate over a key's
 records: ``deduplicate`` (the last record in merge order, with or without ``sequence.field``),
-``first-row`` (the first add), ``partial-update`` without sequence groups (per column, the
-last non-null value) and ``aggregation`` with the functions of ``FUNCTIONS``, with the
+``first-row`` (the first add), ``partial-update`` (per column, the last non-null value;
+per sequence group, the last update of its greatest sequence) and ``aggregation`` with the functions of ``FUNCTIONS``, with the
 ``none``, ``input`` or ``lookup`` changelog producer. One polars pass per batch; the other
 engines and producers, and the cases below, take the per-key path.
 
@@ -27,7 +27,10 @@ record of its own sequence and position, and folds. The stored item is the key's
   after it, a ``-D`` that is the last item is the tombstone, and a ``-U`` after it (ignored
   under ``partial-update.remove-record-on-delete``) leaves a row of nulls if the key had an add
   anywhere in the fold. A retraction without ``ignore-delete`` or that option is an error the
-  per-key path reports, and a tie of two items decides columns, so both take that path.
+  per-key path reports, and a tie of two items decides columns, so both take that path. A
+  sequence group's columns (its sequence fields and members) are those of the last item of
+  the greatest group sequence that is not all null (``_group_winner``); with sequence groups
+  only calls of inserts without aggregate functions take the kernel.
 - ``aggregation``: the key's items (stored row or tombstone, and records) in merge order,
   under ``aggregation.remove-record-on-delete`` those after its last ``-D`` (a ``-D`` that
   is the last item deletes the row); per value column its function over them
@@ -102,8 +105,10 @@ _SAFE = 1 - 2**-30
 def supports(stage: MergeEngineStage) -> bool:
     """Whether the kernel computes what ``stage`` does (module docstring)."""
     cfg = stage.cfg
-    return (cfg.engine in ENGINES and not cfg.groups and cfg.producer in PRODUCERS
-            and schema_of(stage) is not None and all(_folds(a) for a in cfg.aggs.values()))
+    if cfg.groups and (cfg.aggs or cfg.engine != "partial-update"):
+        return False
+    return (cfg.engine in ENGINES and cfg.producer in PRODUCERS and schema_of(stage) is not None
+            and all(_folds(a) for a in cfg.aggs.values()))
 
 
 def _folds(agg: FieldAgg) -> bool:
@@ -152,6 +157,8 @@ class MergeKernel:
         self.partial = stage.cfg.engine == "partial-update"
         self.sequence = [self.rows[i] for i in stage.cfg.sequence_fields]
         self.descending = not stage.cfg.sequence_ascending
+        #: ``partial-update``'s sequence groups: (sequence columns, member columns)
+        self.groups = [([self.rows[i] for i in g.seq_fields], [self.rows[i] for i in g.members]) for g in stage.cfg.groups]
         self.aggregation = stage.cfg.engine == "aggregation"
         #: ``aggregation``: value column -> its function
         self.aggs = {self.rows[i]: _Agg.of(a) for i, a in stage.cfg.aggs.items()} if self.aggregation else {}
@@ -276,14 +283,11 @@ class MergeKernel:
         module docstring)."""
         if not self.sequence:
             return records.with_columns(pl.col(_PR).alias(_MR)), old.with_columns(pl.col(_OPR).alias(_OMR))
-        order = [*self.sequence, "$p"]
         both = pl.concat([
             records.select(*self.sequence, pl.col(_PR).alias("$p")),
             old.select(*self.sequence, pl.col(_OPR).alias("$p")),
-        ]).with_row_index("$j")
-        ordered = both.sort(order, descending=[self.descending] * len(self.sequence) + [False], nulls_last=False)
-        runs = ordered.select(pl.struct(order).rle_id().cast(pl.Int64)).to_series()
-        ranks = pl.zeros(both.height, pl.Int64, eager=True).scatter(ordered["$j"], runs)
+        ])
+        ranks = _dense_rank(both, [*self.sequence, "$p"], [self.descending] * len(self.sequence) + [False])
         return records.with_columns(ranks[: records.height].alias(_MR)), old.with_columns(ranks[records.height :].alias(_OMR))
 
     def _folded(self, effective: pl.DataFrame) -> pl.DataFrame | None:
@@ -323,17 +327,21 @@ class MergeKernel:
         return keys.with_columns((~pl.col(_HAS_NEW) & self.stage.keep_tombstones).alias(_HAS_TOMB))
 
     def _partial_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
-        """``partial-update`` without sequence groups, per key with remaining records: the
+        """``partial-update``, per key with remaining records: the
         columns ``_keys`` gives, from the key's items (its records and its stored row or
         tombstone) in merge order. After the last ``-D`` (a stored tombstone is one), each
         value column is the last non-null value of the adds (the stored row is an add); with
         no add after it, a ``-D`` that is the last item is the key's tombstone, and a ``-U``
         after it leaves a row of nulls if the key ever had an add. None when a retraction
         meets neither ``ignore-delete`` nor ``partial-update.remove-record-on-delete`` (the
-        per-key path reports it) or when two items of a key tie in merge order."""
+        per-key path reports it) or when two items of a key tie in merge order. Sequence
+        groups (inserts only; anything else is None) take their columns from
+        ``_group_winner``."""
         if not self.stage.cfg.remove_record_on_delete and not effective.get_column(_ADD).all():
             return None
         old = old.join(effective.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
+        if self.groups and not old.get_column(_HAS_OLD).all():
+            return None
         items = pl.concat([
             effective.select(*self.rows, (pl.col(_MR) * 3 + pl.col(_ADD).cast(pl.Int64) + 1).alias("$o"),
                              pl.col(_ADD).alias("$add"), (pl.col(KIND) == DELETE).alias("$del")),
@@ -351,9 +359,12 @@ class MergeKernel:
             pl.col("$d").first().is_not_null().alias("$has_d"),
         )
         values = [c for i, c in enumerate(self.rows) if i not in self.stage.pk]
+        grouped = {c for seq, members in self.groups for c in (*seq, *members)}
         last = items.filter(after & pl.col("$add")).sort("$o").group_by(self.key).agg(
-            pl.col(c).drop_nulls().last() for c in values
+            pl.col(c).drop_nulls().last() for c in values if c not in grouped
         )
+        for seq, members in self.groups:
+            last = last.join(self._group_winner(items, seq, members), on=self.key, how="left", nulls_equal=True)
         deleted = items.filter(pl.col("$o") == pl.col("$d")).select(*self.key, *(pl.col(c).alias("$d_" + c) for c in values))
         keys = per_key.join(last, on=self.key, how="left", nulls_equal=True).join(
             deleted, on=self.key, how="left", nulls_equal=True
@@ -367,6 +378,17 @@ class MergeKernel:
             has_new.alias(_HAS_NEW), has_tomb.alias(_HAS_TOMB),
         )
         return self._with_old(keys, effective, old)
+
+    def _group_winner(self, items: pl.DataFrame, seq: list[str], members: list[str]) -> pl.DataFrame:
+        """One sequence group's columns per key (inserts only): those of the last item in
+        merge order among the items whose group sequence is the greatest. An item updates the
+        group when its sequence is not all null and not smaller than the row's, so the last
+        update is the last item of the greatest sequence; a key whose items never name one
+        keeps its (null) group columns."""
+        said = items.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in seq))
+        said = said.with_columns(_dense_rank(said, seq, [False] * len(seq)).alias("$g"))
+        top = said.filter(pl.col("$g") == pl.col("$g").max().over(self.key))
+        return top.filter(pl.col("$o") == pl.col("$o").max().over(self.key)).select(*self.key, *seq, *members)
 
     def _aggregated_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
         """``aggregation``, per key with remaining records: the columns ``_keys`` gives. The
@@ -489,6 +511,13 @@ class MergeKernel:
         })
         table = pa.concat_tables([kept_table, fresh.cast(stored.schema)]) if kept_table.num_rows else fresh.cast(stored.schema)
         return TableBucket(table, self.stage.states_of_table)
+
+
+def _dense_rank(frame: pl.DataFrame, order: list[str], descending: list[bool]) -> pl.Series:
+    """Each row's dense rank by ``order`` (nulls first, each column ascending or not)."""
+    ordered = frame.select(order).with_row_index("$j").sort(order, descending=descending, nulls_last=False)
+    runs = ordered.select(pl.struct(order).rle_id().cast(pl.Int64)).to_series()
+    return pl.zeros(frame.height, pl.Int64, eager=True).scatter(ordered["$j"], runs)
 
 
 def _counted(col: pl.Expr, agg: _Agg) -> pl.Expr:
