@@ -2,9 +2,10 @@
 engines whose fold is a choice per column of one record or an aggregate over a key's
 records: ``deduplicate`` (the last record in merge order, with or without ``sequence.field``),
 ``first-row`` (the first add), ``partial-update`` (per column, the last non-null value;
-per sequence group, the last update of its greatest sequence) and ``aggregation`` with the functions of ``FUNCTIONS``, with the
-``none``, ``input`` or ``lookup`` changelog producer. One polars pass per batch; the other
-engines and producers, and the cases below, take the per-key path.
+per sequence group, the last update of its greatest sequence) and ``aggregation`` with the
+functions of ``FUNCTIONS``, with the ``none``, ``input`` or ``lookup`` changelog producer.
+One polars pass per batch; the other engines and producers, and the cases below, take the
+per-key path.
 
 Per key, the per-key stage cancels exact ``+X``/``-X`` pairs, orders what is left together with
 the stored item by (sequence, position, retractions before adds), the stored item ahead of a
@@ -29,8 +30,9 @@ record of its own sequence and position, and folds. The stored item is the key's
   anywhere in the fold. A retraction without ``ignore-delete`` or that option is an error the
   per-key path reports, and a tie of two items decides columns, so both take that path. A
   sequence group's columns (its sequence fields and members) are those of the last item of
-  the greatest group sequence that is not all null (``_group_winner``); with sequence groups
-  only calls of inserts without aggregate functions take the kernel.
+  the greatest group sequence that is not all null, the members null if it is a retraction
+  (``_group_winner``). Groups with aggregate functions, and calls with a ``-D`` under
+  ``partial-update.remove-record-on-sequence-group``, take the per-key path.
 - ``aggregation``: the key's items (stored row or tombstone, and records) in merge order,
   under ``aggregation.remove-record-on-delete`` those after its last ``-D`` (a ``-D`` that
   is the last item deletes the row); per value column its function over them
@@ -335,16 +337,20 @@ class MergeKernel:
         after it leaves a row of nulls if the key ever had an add. None when a retraction
         meets neither ``ignore-delete`` nor ``partial-update.remove-record-on-delete`` (the
         per-key path reports it) or when two items of a key tie in merge order. Sequence
-        groups (inserts only; anything else is None) take their columns from
-        ``_group_winner``."""
-        if not self.stage.cfg.remove_record_on_delete and not effective.get_column(_ADD).all():
+        groups take their columns from ``_group_winner``; a retraction changes nothing else,
+        and a key with no add has no row (None for a stored tombstone and for a ``-D`` under
+        ``partial-update.remove-record-on-sequence-group``)."""
+        cfg = self.stage.cfg
+        if not (cfg.remove_record_on_delete or self.groups) and not effective.get_column(_ADD).all():
             return None
         old = old.join(effective.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
-        if self.groups and not old.get_column(_HAS_OLD).all():
+        deletes = pl.col(KIND) == DELETE
+        if self.groups and (not old.get_column(_HAS_OLD).all()
+                            or cfg.remove_record_on_sequence_group and effective.select(deletes.any()).item()):
             return None
         items = pl.concat([
             effective.select(*self.rows, (pl.col(_MR) * 3 + pl.col(_ADD).cast(pl.Int64) + 1).alias("$o"),
-                             pl.col(_ADD).alias("$add"), (pl.col(KIND) == DELETE).alias("$del")),
+                             pl.col(_ADD).alias("$add"), (deletes & cfg.remove_record_on_delete).alias("$del")),
             old.select(*self.rows, (pl.col(_OMR) * 3).alias("$o"), pl.col(_HAS_OLD).alias("$add"),
                        (~pl.col(_HAS_OLD)).alias("$del")),
         ])
@@ -380,15 +386,17 @@ class MergeKernel:
         return self._with_old(keys, effective, old)
 
     def _group_winner(self, items: pl.DataFrame, seq: list[str], members: list[str]) -> pl.DataFrame:
-        """One sequence group's columns per key (inserts only): those of the last item in
-        merge order among the items whose group sequence is the greatest. An item updates the
-        group when its sequence is not all null and not smaller than the row's, so the last
-        update is the last item of the greatest sequence; a key whose items never name one
-        keeps its (null) group columns."""
+        """One sequence group's columns per key: those of the last item in merge order among
+        the items whose group sequence is the greatest, its members null if it is a
+        retraction. An item updates the group (a retraction nulls its members) when its
+        sequence is not all null and not smaller than the row's, so the last update is the
+        last item of the greatest sequence; a key whose items never name one keeps its (null)
+        group columns."""
         said = items.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in seq))
         said = said.with_columns(_dense_rank(said, seq, [False] * len(seq)).alias("$g"))
         top = said.filter(pl.col("$g") == pl.col("$g").max().over(self.key))
-        return top.filter(pl.col("$o") == pl.col("$o").max().over(self.key)).select(*self.key, *seq, *members)
+        top = top.filter(pl.col("$o") == pl.col("$o").max().over(self.key))
+        return top.select(*self.key, *seq, *(pl.when(pl.col("$add")).then(pl.col(c)).alias(c) for c in members))
 
     def _aggregated_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
         """``aggregation``, per key with remaining records: the columns ``_keys`` gives. The
