@@ -284,7 +284,7 @@ INSERT INTO dst SELECT k, v, w FROM src;
         (True, ", 'sequence.field' = 'w'"),
         (True, ", 'merge-engine' = 'partial-update', 'partial-update.remove-record-on-delete' = 'true', "
                "'sequence.field' = 'w'"),
-        (True, ", 'merge-engine' = 'partial-update', 'fields.w.sequence-group' = 'v', 'ignore-delete' = 'true'"),
+        (True, ", 'merge-engine' = 'partial-update', 'fields.w.sequence-group' = 'v'"),
         (False, ", 'merge-engine' = 'aggregation', 'fields.w.aggregate-function' = 'sum', "
                 "'fields.v.aggregate-function' = 'last_non_null_value'"),
     ],
