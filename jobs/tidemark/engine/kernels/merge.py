@@ -114,9 +114,9 @@ def supports(stage: MergeEngineStage) -> bool:
 
 
 def _folds(agg: FieldAgg) -> bool:
-    """Whether the kernel folds ``agg`` (``FUNCTIONS``)."""
-    inner = _inner(agg)
-    return inner.name in FUNCTIONS and (inner.name not in ("sum", "count") or inner.type_name in INT_RANGES)
+    """Whether the kernel folds ``agg`` (``FUNCTIONS``; a sum or count needs its bounds)."""
+    folded = _Agg.of(agg)
+    return folded.function in FUNCTIONS and (folded.function not in ("sum", "count") or folded.bounds is not None)
 
 
 def _inner(agg: FieldAgg) -> FieldAgg:
@@ -329,9 +329,8 @@ class MergeKernel:
         return keys.with_columns((~pl.col(_HAS_NEW) & self.stage.keep_tombstones).alias(_HAS_TOMB))
 
     def _partial_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
-        """``partial-update``, per key with remaining records: the
-        columns ``_keys`` gives, from the key's items (its records and its stored row or
-        tombstone) in merge order. After the last ``-D`` (a stored tombstone is one), each
+        """``partial-update``, per key with remaining records: the columns ``_keys`` gives,
+        from the key's items (its records and its stored row or tombstone) in merge order. After the last ``-D`` (a stored tombstone is one), each
         value column is the last non-null value of the adds (the stored row is an add); with
         no add after it, a ``-D`` that is the last item is the key's tombstone, and a ``-U``
         after it leaves a row of nulls if the key ever had an add. None when a retraction
