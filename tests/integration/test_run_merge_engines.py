@@ -272,32 +272,35 @@ KERNEL = """
 CREATE TABLE src (k BIGINT, v STRING, w BIGINT, PRIMARY KEY (k) NOT ENFORCED)
   WITH ('topic' = 'src', 'format' = 'changelog-json');
 CREATE TABLE dst (k BIGINT, v STRING, w BIGINT, PRIMARY KEY (k) NOT ENFORCED)
-  WITH ('topic' = 'dst', 'format' = 'changelog-json', 'changelog-producer' = 'lookup'{options});
+  WITH ('topic' = 'dst', 'format' = 'changelog-json', 'changelog-producer' = '{producer}'{options});
 INSERT INTO dst SELECT k, v, w FROM src;
 """
 
 
 @pytest.mark.parametrize(
-    ("sequence", "options"),
+    ("sequence", "producer", "options"),
     [
-        (False, ""),
-        (True, ", 'sequence.field' = 'w'"),
-        (True, ", 'merge-engine' = 'partial-update', 'partial-update.remove-record-on-delete' = 'true', "
-               "'sequence.field' = 'w'"),
-        (True, ", 'merge-engine' = 'partial-update', 'fields.w.sequence-group' = 'v'"),
-        (False, ", 'merge-engine' = 'aggregation', 'fields.w.aggregate-function' = 'sum', "
-                "'fields.v.aggregate-function' = 'last_non_null_value'"),
+        (False, "lookup", ""),
+        (True, "lookup", ", 'sequence.field' = 'w'"),
+        (True, "lookup", ", 'merge-engine' = 'partial-update', 'partial-update.remove-record-on-delete' = 'true', "
+                         "'sequence.field' = 'w'"),
+        (True, "lookup", ", 'merge-engine' = 'partial-update', 'fields.w.sequence-group' = 'v'"),
+        (False, "lookup", ", 'merge-engine' = 'aggregation', 'fields.w.aggregate-function' = 'sum', "
+                          "'fields.v.aggregate-function' = 'last_non_null_value'"),
+        (True, "full-compaction", ", 'sequence.field' = 'w'"),
     ],
-    ids=["deduplicate", "deduplicate-sequence-field", "partial-update", "partial-update-sequence-group", "aggregation"],
+    ids=["deduplicate", "deduplicate-sequence-field", "partial-update", "partial-update-sequence-group", "aggregation",
+         "full-compaction"],
 )
 def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(
-    spark, kafka_bootstrap, tmp_path, monkeypatch, sequence, options
+    spark, kafka_bootstrap, tmp_path, monkeypatch, sequence, options, producer
 ):
     """Batches of 4,000 records over the job's two state buckets: every bucket call is large
     enough for the merge engine's batch kernel (``tidemark.engine.kernels.merge``). The sink
     topic, record by record per key and batch, against the replay host running the stage per
     key on the same batches. With ``sequence.field`` on ``w`` (random, NULLs included), late
-    records meet stored rows and tombstones of larger sequences."""
+    records meet stored rows and tombstones of larger sequences. ``full-compaction`` with its
+    default interval has a barrier at every batch."""
     rng = random.Random(5)
     records = []
     for i in range(12_000):
@@ -305,7 +308,7 @@ def test_the_batch_kernel_on_spark_emits_what_the_per_key_stage_emits(
         kind = "-D" if rng.random() < 0.1 else rng.choice(["+I", "+U"])
         w = rng.choice([rng.randrange(50), None]) if sequence else rng.choice([i, None])
         records.append(rec(kind, k=k, v=rng.choice(["a", "b", None]), w=w))
-    sql = KERNEL.format(options=options)
+    sql = KERNEL.format(producer=producer, options=options)
     pipeline, result = run(spark, kafka_bootstrap, tmp_path, sql, "kernel", records, per_trigger=4_000)
 
     monkeypatch.setenv(KERNEL_ENV, "0")

@@ -62,9 +62,9 @@ class StoredHost:
 
         kernel._per_key.process_batch = counted
 
-    def run(self, batch: ChangeBatch, kernel: bool = True) -> list[Change]:
+    def run(self, batch: ChangeBatch, kernel: bool = True, now_ms: int = 0) -> list[Change]:
         state = state_codec.decode_state(self.stage, self.stored)
         runner = self.kernel if kernel else self.per_key
-        state, out = runner.process_batch([batch], state, BatchContext(metrics=self.metrics))
+        state, out = runner.process_batch([batch], state, BatchContext(metrics=self.metrics, now_ms=now_ms))
         self.stored = state_codec.encode_state(self.stage, state)
         return out.changes()

@@ -59,13 +59,12 @@ def columns(changes: list[Change]) -> ChangeBatch:
 def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
     monkeypatch.delenv(KERNEL_ENV, raising=False)
     for stage in (merge(), merge("first-row", "none"), merge(producer="input"), merge(**{"sequence.field": "v"}),
-                  merge("partial-update", **{"ignore-delete": "true"})):
+                  merge("partial-update", **{"ignore-delete": "true"}), merge(producer="full-compaction")):
         assert isinstance(batch_stage(stage), MergeKernel)
         assert batch_stage(stage).min_changes == KERNEL_MIN_CHANGES
     for stage in (
         merge("partial-update", **{"fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "max",
                                    "ignore-delete": "true"}),
-        merge(producer="full-compaction"),
         build_merge_engine("t", ["id", "x"], (0,), {}, input_retracts=True, types=[parse_type("BIGINT"), parse_type("DOUBLE")]),
     ):
         assert not supports(stage) and isinstance(batch_stage(stage), PerKeyAdapter)
@@ -235,6 +234,27 @@ def test_the_input_producer_passes_every_record_on_in_the_canonical_order():
     assert host.metrics == Counter({"merge_deletes_ignored": 1})
 
 
+def test_full_compaction_emits_at_barriers_what_changed_since_the_last_one():
+    stage = merge(producer="full-compaction", **{"changelog-producer.compaction-interval": "1 s"})
+    host = stored_host(stage)
+    assert host.run(columns([c("+I", 1, "a", 1, pos=1), c("+I", 2, "b", 1, pos=2)]), now_ms=0) == []
+    # key 2 is deleted before its first barrier: it stays, without a row, until the barrier
+    assert host.run(columns([c("-D", 2, "b", 1, pos=3), c("+I", 1, "a", 2, pos=4)]), now_ms=500) == []
+    assert state_codec.decode_state(stage, host.stored).states[(2,)] == MergeState(None, (3,), None, None, 0)
+    # the barrier at 1,000 ms: keys 1 and 2 changed in the interval before; key 3 changes in this one
+    assert host.run(columns([c("+I", 3, "c", 1, pos=5)]), now_ms=1000) == [c("+I", 1, "a", 2, pos=4)]
+    states = state_codec.decode_state(stage, host.stored)
+    assert set(states.states) == {(1,), (3,)} and host.kernel.next_wakeup(states) == 2000
+    # key 1 written again (the same row) at 2,000 ms is pending until 3,000
+    assert host.run(columns([c("+I", 1, "a", 2, pos=6), c("+I", 4, "d", 1, pos=7)]), now_ms=2000) == [c("+I", 3, "c", 1, pos=5)]
+    got = host.run(columns([c("+I", 5, "e", 1, pos=8)]), now_ms=3000)
+    assert per_key_view(stage, got) == {
+        (1,): [c("-U", 1, "a", 2, pos=6), c("+U", 1, "a", 2, pos=6)],  # no row-deduplicate: an unchanged row is re-emitted
+        (4,): [c("+I", 4, "d", 1, pos=7)],
+    }
+    assert host.fell_back == 0
+
+
 # ---------------------------------------------------------------------- equivalence
 
 CONFIGS = st.sampled_from([
@@ -281,31 +301,44 @@ CONFIGS = st.sampled_from([
     ("aggregation", "input", {"aggregation.remove-record-on-delete": "true", "sequence.field": "v",
                               "sequence.field.sort-order": "descending", "fields.grp.aggregate-function": "min",
                               "fields.grp.ignore-retract": "true"}),
+    ("deduplicate", "full-compaction", {}),
+    ("deduplicate", "full-compaction", {"changelog-producer.compaction-interval": "1 s"}),
+    ("deduplicate", "full-compaction", {"changelog-producer.compaction-interval": "1 s", "sequence.field": "v",
+                                        "changelog-producer.row-deduplicate": "true"}),
+    ("partial-update", "full-compaction", {"changelog-producer.compaction-interval": "1 s", "ignore-delete": "true"}),
+    ("partial-update", "full-compaction", {"partial-update.remove-record-on-delete": "true"}),
+    ("aggregation", "full-compaction", {"changelog-producer.compaction-interval": "1 s", "fields.v.aggregate-function": "sum",
+                                        "fields.grp.aggregate-function": "last_non_null_value"}),
 ])
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    batches=st.lists(st.tuples(RECORDS, st.booleans(), st.booleans()), min_size=1, max_size=5),
+    batches=st.lists(st.tuples(RECORDS, st.booleans(), st.booleans(), st.sampled_from([0, 400, 1000])), min_size=1, max_size=5),
     pk=st.sampled_from([(0,), (0, 1)]),
     config=CONFIGS,
 )
 def test_kernel_equals_the_per_key_stage(batches, pk, config):
-    """Per batch: whether the stored host runs the kernel, and whether the batch arrives as
-    Arrow columns (the Spark host's form) or ``Change`` tuples (the replay host's)."""
+    """Per batch: whether the stored host runs the kernel, whether the batch arrives as
+    Arrow columns (the Spark host's form) or ``Change`` tuples (the replay host's), and how
+    far processing time moved (``full-compaction``'s barriers)."""
     engine, producer, options = config
     if any(k.endswith(".sequence-group") for k in options):
         pk = (0,)  # a key column cannot be in a sequence group
     stage = merge(engine, producer, pk=pk, **options)
     reference, ref_bucket, ref_metrics = PerKeyAdapter(stage), Bucket(), Counter()
     host = stored_host(stage)
-    for records, kernel, columnar in batches:
+    now_ms = 0
+    for records, kernel, columnar, step_ms in batches:
+        now_ms += step_ms
         changes = [Change(kind, (i, g, v), pos) for kind, i, g, v, pos in records]
-        ref_bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], ref_bucket, BatchContext(metrics=ref_metrics))
+        ctx = BatchContext(metrics=ref_metrics, now_ms=now_ms)
+        ref_bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], ref_bucket, ctx)
         batch = columns(changes) if columnar else ChangeBatch(changes=list(changes))
-        got = host.run(batch, kernel=kernel)
+        got = host.run(batch, kernel=kernel, now_ms=now_ms)
         assert per_key_view(stage, got) == per_key_view(stage, want.changes())
         assert state_codec.decode_state(stage, host.stored).states == ref_bucket.states
+        assert host.kernel.next_wakeup(state_codec.decode_state(stage, host.stored)) == (ref_bucket.next_wakeup() if stage.full else None)
     assert +host.metrics == +ref_metrics
 
 

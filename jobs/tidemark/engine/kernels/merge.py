@@ -3,9 +3,8 @@ engines whose fold is a choice per column of one record or an aggregate over a k
 records: ``deduplicate`` (the last record in merge order, with or without ``sequence.field``),
 ``first-row`` (the first add), ``partial-update`` (per column, the last non-null value;
 per sequence group, the last update of its greatest sequence) and ``aggregation`` with the
-functions of ``FUNCTIONS``, with the ``none``, ``input`` or ``lookup`` changelog producer.
-One polars pass per batch; the other engines and producers, and the cases below, take the
-per-key path.
+functions of ``FUNCTIONS``, with any changelog producer. One polars pass per batch; the
+other engines, and the cases below, take the per-key path.
 
 Per key, the per-key stage cancels exact ``+X``/``-X`` pairs, orders what is left together with
 the stored item by (sequence, position, retractions before adds), the stored item ahead of a
@@ -47,6 +46,12 @@ record of its own sequence and position, and folds. The stored item is the key's
   ``-U``/``+U`` pair (none for an unchanged row with ``changelog-producer.row-deduplicate``,
   and never for ``first-row``); ``input`` the records as received, in the canonical order.
   A key whose records all cancel emits nothing but its ``input`` records.
+- ``full-compaction``: ``lookup``'s changes, from the row emitted at the key's last barrier
+  to the row after, for the keys whose barrier is now (``_compacted``): the keys with records
+  left after cancelling, pending since this call's time unless they were already, and the
+  stored keys pending since an earlier interval, records or not. A key deleted before its
+  barrier is stored without a row or tombstone until then: not an item of the next fold,
+  only its position counts. A call with no records (a barrier alone) takes the per-key path.
 
 The per-key path breaks a tie of two records of one sequence, position and sign by the rows'
 ``repr``. Where such a tie may decide the fold (the last record of ``deduplicate``, the first
@@ -79,6 +84,7 @@ from tidemark.engine.driver import Bucket, PerKeyAdapter
 from tidemark.engine.kernels.table_bucket import TableBucket
 from tidemark.engine.stage import BatchContext
 from tidemark.engine.stages.merge.aggregators import INT_RANGES, FieldAgg, IgnoreRetract
+from tidemark.engine.stages.merge.producers import next_barrier_ms
 from tidemark.engine.state_tables import POSITION, compares_as_python
 
 if TYPE_CHECKING:
@@ -92,13 +98,18 @@ ENGINES = ("deduplicate", "first-row", "partial-update", "aggregation")
 #: integer columns only, whose overflow the kernel can bound before it adds
 FUNCTIONS = frozenset({"sum", "count", "max", "min", "last_value", "last_non_null_value", "first_value",
                        "first_non_null_value", "bool_and", "bool_or"})
-PRODUCERS = ("none", "input", "lookup")
+PRODUCERS = ("none", "input", "lookup", "full-compaction")
 _I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position rank, rank in (row, sign)
 _OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
 _HAS_OLD, _HAS_NEW, _OPR, _NPR = "$has_old", "$has_new", "$opr", "$npr"
 _TOP, _FIRST, _S = "$top", "$first", "$s"  # the kept record's merge rank, the key's first change, stored row
 _MR, _OMR = "$mr", "$omr"  # merge ranks of a record and of the stored item (null: none stored)
 _HAS_TOMB = "$has_tomb"  # the key's new item is a tombstone
+#: ``full-compaction``: the row emitted at the last barrier after this call (its columns,
+#: whether there is one), since when changes are pending, whether the barrier is now, and
+#: whether the key has records left after cancelling
+_EM, _HAS_EM, _DIRTY, _DUE, _APPLIED = "$em", "$has_em", "$dirty", "$due", "$applied"
+_HAS_ITEM, _GPR = "$has_item", "$gpr"  # a stored row or tombstone; a stored key's position rank without either
 #: a float sum of absolute values below this share of a type's bound is certainly in range
 #: (float64 rounding of a sum of up to 2**20 terms stays below 2**-33 of it)
 _SAFE = 1 - 2**-30
@@ -179,19 +190,29 @@ class MergeKernel:
             ctx.metrics[name] += n
         return new_state, ChangeBatch.from_table(out)
 
+    def next_wakeup(self, state: Bucket) -> int | None:
+        """The bucket's timer (``full-compaction`` only): the barrier of its earliest key with
+        changes pending, read from the stored table while nothing has read it per key."""
+        if not self.stage.full:
+            return None
+        table = state.table if isinstance(state, TableBucket) else None
+        if table is None:
+            return state.next_wakeup()
+        dirty = pc.min(table.column("dirty_since_ms")).as_py()
+        return None if dirty is None else next_barrier_ms(dirty, self.stage.cfg.compaction_interval_ms)
+
     # ------------------------------------------------------------------ inputs
 
     def _stored(self, state: Bucket) -> pa.Table | None:
-        """The bucket's stored table, typed as the stage's columns, every key with a row or a
-        tombstone, or None (per-key path). A bucket the per-key path holds as a dict is
-        written as its table first."""
+        """The bucket's stored table, typed as the stage's columns, or None (per-key path). A
+        bucket the per-key path holds as a dict is written as its table first."""
         table = state.table if isinstance(state, TableBucket) else None
         if table is None:
             table = self.stage.state_to_table(state)
         row, tombstone = table.column("row"), table.column("tombstone")
         if row.type != pa.struct(list(self.schema)) or tombstone.type != row.type:
             return None
-        if row.null_count and pc.any(pc.and_(row.is_null(), tombstone.is_null())).as_py():
+        if self.stage.full and table.column("emitted").type != row.type:
             return None
         return table
 
@@ -216,13 +237,23 @@ class MergeKernel:
             if kept.height < batch.height:
                 metrics["merge_deletes_ignored"] = batch.height - kept.height
             batch = kept
+        full = self.stage.full
         if not batch.height:  # every key keeps its row; an ``input`` producer has nothing to pass on
-            return TableBucket(stored, self.stage.states_of_table), table.slice(0, 0), metrics
-        old = self._touched(stored, batch)
-        ranks = self._ranks(batch.select(pos), old.get_column("pos"))
+            return (None if full else (TableBucket(stored, self.stage.states_of_table), table.slice(0, 0), metrics))
+        items = self._items(stored)
+        touched = items.join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
+        # ``full-compaction``: a key deleted since its last barrier is stored without an item
+        # (no row, no tombstone: not part of the fold, only its position counts); and the keys
+        # whose barrier is now, records or not
+        old, ghosts = touched.filter(pl.col(_HAS_ITEM)), touched.filter(~pl.col(_HAS_ITEM))
+        due = items.filter(_barrier_due(pl.col(_DIRTY), ctx.now_ms, self.stage.cfg.compaction_interval_ms)) if full else items.clear()
+        ranks = self._ranks(batch.select(pos), pl.concat([old.get_column("pos"), ghosts.get_column("pos"), due.get_column("pos")]))
         if ranks is None:
             return None
-        batch_ranks, old_ranks, positions = ranks
+        batch_ranks, stored_ranks, positions = ranks
+        old_ranks = stored_ranks[: old.height]
+        ghosts = ghosts.with_columns(stored_ranks[old.height : old.height + ghosts.height].alias(_GPR))
+        due = due.with_columns(stored_ranks[old.height + ghosts.height :].alias(_NPR))
         batch = batch.with_columns(batch_ranks.alias(_PR), (pl.col(WEIGHT) > 0).alias(_ADD))
         effective = self._cancelled(batch)
         if batch.height > effective.height:
@@ -239,12 +270,19 @@ class MergeKernel:
             return None
         first = batch.group_by(self.key).agg(pl.col(_I).min().alias(_FIRST))
         keys = keys.join(first, on=self.key, nulls_equal=True).sort(_FIRST)
+        if ghosts.height:
+            keys = keys.join(ghosts.select(*self.key, pl.col(_S).alias("$gs"), _GPR), on=self.key, how="left", nulls_equal=True).with_columns(
+                pl.coalesce(_S, "$gs").alias(_S), pl.max_horizontal(_NPR, pl.col(_GPR).fill_null(-1)).alias(_NPR),
+            ).drop("$gs", _GPR)
+        if full:
+            keys = self._compacted(keys, due, stored, ctx.now_ms)
         emitted = self._emitted(keys, batch, table, positions, pos)
         return self._new_state(stored, keys, positions), emitted, metrics
 
-    def _touched(self, stored: pa.Table, batch: pl.DataFrame) -> pl.DataFrame:
-        """The stored items of the keys the batch touches: columns ``c0``... (the row, else
-        the tombstone), ``$has_old`` (a row), ``pos`` and the item's index in the stored table."""
+    def _items(self, stored: pa.Table) -> pl.DataFrame:
+        """The stored items: columns ``c0``... (the row, else the tombstone), ``$has_old`` (a
+        row), ``pos``, the item's index in the stored table and, for ``full-compaction``, since
+        when it has changes pending (``$dirty``)."""
         row = stored.column("row").combine_chunks()
         item = pl.from_arrow(pa.Table.from_struct_array(row).rename_columns(self.rows))
         is_row = pl.from_arrow(row.is_valid())
@@ -253,8 +291,14 @@ class MergeKernel:
             item = item.with_columns(
                 pl.when(is_row).then(item[c]).otherwise(pl.from_arrow(tombstones.column(c))).alias(c) for c in self.rows
             )
-        old = item.with_columns(is_row.alias(_HAS_OLD), pl.from_arrow(stored.column("pos")).alias("pos"))
-        return old.with_row_index(_S).join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
+        has_item = is_row | pl.from_arrow(stored.column("tombstone").is_valid())
+        if not has_item.all():  # a key without an item has its key columns in ``key`` only
+            keys = pa.Table.from_struct_array(stored.column("key").combine_chunks())
+            item = item.with_columns(pl.from_arrow(keys.column(j)).cast(item.schema[c]).alias(c) for j, c in enumerate(self.key))
+        item = item.with_columns(is_row.alias(_HAS_OLD), pl.from_arrow(stored.column("pos")).alias("pos"), has_item.alias(_HAS_ITEM))
+        if self.stage.full:
+            item = item.with_columns(pl.from_arrow(stored.column("dirty_since_ms")).cast(pl.Int64).alias(_DIRTY))
+        return item.with_row_index(_S)
 
     def _ranks(self, batch_pos: pl.DataFrame, stored_pos: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
         """Position ranks of the batch's and the stored rows, and the distinct positions in
@@ -462,9 +506,48 @@ class MergeKernel:
             pl.col(_HAS_OLD).fill_null(False), pl.max_horizontal(_NPR, pl.col(_OPR).fill_null(-1)).alias(_NPR)
         )
 
+    def _compacted(self, keys: pl.DataFrame, due: pl.DataFrame, stored: pa.Table, now_ms: int) -> pl.DataFrame:
+        """``full-compaction``: the keys with records (``keys``) and, after them, the stored
+        keys without any whose barrier is now (``due``, with their position rank as ``$npr``),
+        with what ``_emitted`` and ``_new_state`` need: the row emitted at the last barrier as
+        the row before (``$old`` columns, ``$has_old``); whether the barrier is now (``$due``:
+        changes pending since a batch in an earlier interval); after this call, the emitted
+        row (``$em`` columns, ``$has_em``: the new row at a barrier) and since when changes
+        are pending (``$dirty``: this call's time for a key that had none, none after a
+        barrier)."""
+        common = [*self.key, *(_NEW + c for c in self.rows), _HAS_NEW, _HAS_TOMB, _NPR, _S]
+        woken = due.join(keys.select(self.key), on=self.key, how="anti", nulls_equal=True).select(
+            *self.key, *(pl.col(c).alias(_NEW + c) for c in self.rows), pl.col(_HAS_OLD).alias(_HAS_NEW),
+            (pl.col(_HAS_ITEM) & ~pl.col(_HAS_OLD)).alias(_HAS_TOMB), _NPR, _S, pl.lit(False).alias(_APPLIED),
+        )
+        called = pl.concat([
+            keys.select(*common, pl.lit(True).alias(_APPLIED)).with_columns(pl.col(_NPR).cast(pl.Int64)),
+            woken.with_columns(pl.col(_NPR).cast(pl.Int64)),
+        ], how="vertical_relaxed")
+        emitted = stored.column("emitted").combine_chunks()
+        before = pl.from_arrow(pa.Table.from_struct_array(emitted).rename_columns([_OLD + c for c in self.rows])).with_columns(
+            pl.from_arrow(emitted.is_valid()).alias(_HAS_OLD),
+            pl.from_arrow(stored.column("dirty_since_ms")).cast(pl.Int64).alias(_DIRTY),
+        ).with_row_index(_S)
+        called = called.join(before, on=_S, how="left").with_columns(
+            pl.col(_HAS_OLD).fill_null(False),
+            pl.when(pl.col(_APPLIED) & pl.col(_DIRTY).is_null()).then(pl.lit(now_ms, pl.Int64)).otherwise(pl.col(_DIRTY)).alias(_DIRTY),
+        )
+        called = called.with_columns(_barrier_due(pl.col(_DIRTY), now_ms, self.stage.cfg.compaction_interval_ms).alias(_DUE))
+        at_barrier = pl.col(_DUE)
+        return called.with_columns(
+            *(pl.when(at_barrier).then(pl.when(_HAS_NEW).then(pl.col(_NEW + c))).otherwise(pl.col(_OLD + c)).alias(_EM + c)
+              for c in self.rows),
+            pl.when(at_barrier).then(pl.col(_HAS_NEW)).otherwise(pl.col(_HAS_OLD)).alias(_HAS_EM),
+            pl.when(at_barrier).then(None).otherwise(pl.col(_DIRTY)).alias(_DIRTY),
+        )
+
     def _emitted(self, keys: pl.DataFrame, batch: pl.DataFrame, table: pa.Table, positions: pl.DataFrame, pos: list[str]) -> pa.Table:
-        """The changes the producer emits, in the batch's layout and types."""
+        """The changes the producer emits, in the batch's layout and types (``full-compaction``:
+        ``lookup``'s, against the row emitted at the last barrier, for the keys at a barrier)."""
         names = [c for c in table.column_names if not c.startswith("$")]
+        if self.stage.full:
+            keys = keys.filter(pl.col(_DUE))
         if self.stage.producer == "input":
             records = batch.sort(_I).select(*self.rows, KIND, WEIGHT, *pos).rename(dict(zip(self.rows, names)))
             return sorted_table(records.to_arrow()).cast(table.schema)
@@ -504,7 +587,10 @@ class MergeKernel:
         kept = np.ones(stored.num_rows, dtype=bool)
         kept[keys.get_column(_S).drop_nulls().to_numpy()] = False
         kept_table = stored.filter(pa.array(kept))
-        new = keys.filter(pl.col(_HAS_NEW) | pl.col(_HAS_TOMB))
+        kept_keys = pl.col(_HAS_NEW) | pl.col(_HAS_TOMB)
+        if self.stage.full:  # a key without a row stays while it has an emitted row or changes pending
+            kept_keys = kept_keys | pl.col(_HAS_EM) | pl.col(_DIRTY).is_not_null()
+        new = keys.filter(kept_keys)
         new_rows = new.select(*(pl.col(_NEW + c).alias(n) for c, n in zip(self.rows, self.schema.names))).to_arrow().cast(self.schema)
         items = [c.combine_chunks() for c in new_rows.columns]
         is_row = new.get_column(_HAS_NEW).to_arrow()
@@ -514,10 +600,22 @@ class MergeKernel:
             "key": pa.StructArray.from_arrays([new_rows.column(f.name).combine_chunks() for f in key_fields], fields=key_fields),
             "row": pa.StructArray.from_arrays(items, fields=list(self.schema), mask=pc.invert(is_row)),
             "pos": positions_as_lists(at).to_arrow().cast(POSITION) if new.height else pa.array([], POSITION),
-            "tombstone": pa.StructArray.from_arrays(items, fields=list(self.schema), mask=is_row),
+            "tombstone": pa.StructArray.from_arrays(items, fields=list(self.schema), mask=pc.invert(new.get_column(_HAS_TOMB).to_arrow())),
         })
+        if self.stage.full:
+            emitted = new.select(*(pl.col(_EM + c).alias(n) for c, n in zip(self.rows, self.schema.names))).to_arrow().cast(self.schema)
+            fresh = fresh.append_column("emitted", pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in emitted.columns], fields=list(self.schema), mask=pc.invert(new.get_column(_HAS_EM).to_arrow()),
+            )).append_column("dirty_since_ms", new.get_column(_DIRTY).cast(pl.Int64).to_arrow())
         table = pa.concat_tables([kept_table, fresh.cast(stored.schema)]) if kept_table.num_rows else fresh.cast(stored.schema)
         return TableBucket(table, self.stage.states_of_table)
+
+
+def _barrier_due(dirty: pl.Expr, now_ms: int, interval_ms: int) -> pl.Expr:
+    """``producers.barrier_due`` over a column of ``dirty_since_ms`` (false where null)."""
+    if interval_ms <= 0:
+        return dirty.is_not_null()
+    return (dirty // interval_ms < now_ms // interval_ms).fill_null(False)
 
 
 def _dense_rank(frame: pl.DataFrame, order: list[str], descending: list[bool]) -> pl.Series:

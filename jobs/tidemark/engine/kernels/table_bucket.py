@@ -5,7 +5,9 @@ kernel that works on the table itself never needs the per-key dict, whose rows c
 Python tuple each to build, for every key of the bucket, touched or not; a kernel that
 needs Python state for the keys its batch touches reads only those rows (``read_rows``)
 and writes the others back as they were stored. Anything that reads ``states`` without
-asking for rows first gets the whole dict, built on first use.
+asking for rows first gets the whole dict, built on first use. For a stage with timers,
+``due`` (the per-key path's index of wakeups) is built from ``states`` on first use too, so a
+kernel that computes wakeups from the table never builds either.
 """
 
 from __future__ import annotations
@@ -23,11 +25,24 @@ class TableBucket(Bucket):
     """A bucket whose ``states`` are ``read(table)`` of the rows read so far: all of them on
     first access, unless ``read_rows`` read some first."""
 
-    def __init__(self, table: pa.Table, read: Callable[[pa.Table], dict[Hashable, Any]]) -> None:
-        self.due = {}
+    def __init__(self, table: pa.Table, read: Callable[[pa.Table], dict[Hashable, Any]], timers: Any = None) -> None:
+        """``timers``: the stage whose ``wakeup_ms`` the bucket's ``due`` holds (None: the
+        stage has no timers)."""
         self._unread: pa.Table | None = table
         self._read = read
         self._states: dict[Hashable, Any] | None = None
+        self._timers = timers
+        self._due: dict[Hashable, int] | None = None if timers is not None else {}
+
+    @property
+    def due(self) -> dict[Hashable, int]:
+        if self._due is None:
+            self._due = Bucket.load(self._timers, self.states).due
+        return self._due
+
+    @due.setter
+    def due(self, value: dict[Hashable, int]) -> None:
+        self._due = value
 
     @property
     def states(self) -> dict[Hashable, Any]:

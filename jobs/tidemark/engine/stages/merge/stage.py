@@ -22,10 +22,10 @@ Stored state (``tidemark.engine.state_codec``), ``merge-engine/1``: one table ro
 ``key`` (struct of the primary key columns: a key pending a barrier may have no row left),
 ``row``, ``tombstone`` and ``emitted`` (structs typed by the table's columns, null when
 absent), ``pos`` (``list<int64>``) and ``dirty_since_ms`` (int64, null when nothing is
-pending). Timers are not stored: they are ``wakeup_ms`` of the rebuilt states. Without
-timers the table is handed over as it is (``TableBucket``): the batch kernel of the engines
-whose fold picks one record (``tidemark.engine.kernels.merge``, ``batch_kernel``) works on it,
-and this stage reads it into ``MergeState``s only when it runs.
+pending). Timers are not stored: they follow from ``dirty_since_ms``. The table is handed
+over as it is (``TableBucket``): the batch kernel (``tidemark.engine.kernels.merge``,
+``batch_kernel``) works on it, and this stage reads it into ``MergeState``s, and its timers,
+only when it runs.
 """
 
 from __future__ import annotations
@@ -219,13 +219,11 @@ class MergeEngineStage:
         return T.table(cols)
 
     def state_from_table(self, table: pa.Table) -> Bucket:
-        """Without timers, the stored table as it is: the batch kernel works on it, and the
-        per-key path reads it as a dict on first use (``states_of_table``)."""
-        if self.full:
-            return Bucket.load(self, self.states_of_table(table))
+        """The stored table as it is: the batch kernel works on it, and the per-key path
+        reads it as a dict (``states_of_table``) and its timers on first use."""
         from tidemark.engine.kernels.table_bucket import TableBucket
 
-        return TableBucket(table, self.states_of_table)
+        return TableBucket(table, self.states_of_table, timers=self if self.full else None)
 
     def states_of_table(self, table: pa.Table) -> dict[Hashable, MergeState]:
         """A stored table as the per-key path's state: key -> ``MergeState``."""
