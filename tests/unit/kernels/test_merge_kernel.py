@@ -65,6 +65,7 @@ def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
     for stage in (
         merge("partial-update", **{"fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "max",
                                    "ignore-delete": "true"}),
+        merge("aggregation", **{"fields.grp.aggregate-function": "listagg", "fields.grp.distinct": "true", "ignore-delete": "true"}),
         build_merge_engine("t", ["id", "x"], (0,), {}, input_retracts=True, types=[parse_type("BIGINT"), parse_type("DOUBLE")]),
     ):
         assert not supports(stage) and isinstance(batch_stage(stage), PerKeyAdapter)
@@ -186,6 +187,26 @@ def test_aggregation_folds_each_column_with_its_function_and_an_overflow_takes_t
     assert host.fell_back == 1
 
 
+def test_aggregation_multiplies_and_joins_strings_skipping_blanks():
+    host = stored_host(merge("aggregation", "lookup", **{
+        "fields.v.aggregate-function": "product", "fields.grp.aggregate-function": "listagg",
+        "fields.grp.list-agg-delimiter": "; ", "ignore-delete": "true",
+    }))
+    # a blank or null value never enters listagg; product skips nulls
+    assert host.run(columns([c("+I", 1, "a", 3, pos=1), c("+I", 1, " ", None, pos=2), c("+I", 1, "b", -2, pos=3),
+                             c("+I", 2, None, 5, pos=4)])) == [c("+I", 1, "a; b", -6, pos=3), c("+I", 2, None, 5, pos=4)]
+    # the stored row is the first factor and the first part
+    assert host.run(columns([c("+I", 1, "\x1c", 2**20, pos=5), c("+I", 2, "z", 0, pos=6)])) == [
+        c("-U", 1, "a; b", -6, pos=5), c("+U", 1, "a; b", -(6 * 2**20), pos=5),
+        c("-U", 2, None, 5, pos=6), c("+U", 2, "z", 0, pos=6),
+    ]
+    assert host.fell_back == 0
+    # 6 * 2**20 * 2**10 leaves INT: the per-key path reports it
+    with pytest.raises(InputError, match="column 'v': INT overflow in 'product'"):
+        host.run(columns([c("+I", 1, "c", 2**10, pos=7)]))
+    assert host.fell_back == 1
+
+
 def test_aggregation_folds_retractions_and_a_delete_removes_the_row():
     host = stored_host(merge("aggregation", "lookup", **{
         "aggregation.remove-record-on-delete": "true",
@@ -301,6 +322,11 @@ CONFIGS = st.sampled_from([
     ("aggregation", "input", {"aggregation.remove-record-on-delete": "true", "sequence.field": "v",
                               "sequence.field.sort-order": "descending", "fields.grp.aggregate-function": "min",
                               "fields.grp.ignore-retract": "true"}),
+    ("aggregation", "lookup", {"fields.v.aggregate-function": "product", "fields.grp.aggregate-function": "listagg",
+                               "ignore-delete": "true"}),
+    ("aggregation", "none", {"fields.v.aggregate-function": "product", "fields.v.ignore-retract": "true",
+                             "fields.grp.aggregate-function": "listagg", "fields.grp.list-agg-delimiter": " | ",
+                             "fields.grp.ignore-retract": "true"}),
     ("deduplicate", "full-compaction", {}),
     ("deduplicate", "full-compaction", {"changelog-producer.compaction-interval": "1 s"}),
     ("deduplicate", "full-compaction", {"changelog-producer.compaction-interval": "1 s", "sequence.field": "v",

@@ -37,9 +37,11 @@ record of its own sequence and position, and folds. The stored item is the key's
   is the last item deletes the row); per value column its function over them
   (``_aggregated_keys``), retractions folded by ``sum``, ``count``, ``last_value`` and
   ``last_non_null_value`` and dropped under ``ignore-retract``; a sequence field takes the
-  last add's value. A retraction of another function (an error the per-key path reports), a
-  tie of two items of a key and a sum or count that may overflow its integer type take the
-  per-key path.
+  last add's value; ``product`` multiplies the non-null values of the adds and ``listagg``
+  joins their non-blank ones. A retraction of another function (an error the per-key path
+  reports; for ``product`` a division whose truncation depends on the order of the items),
+  a tie of two items of a key and a sum, count or product that may overflow its integer type
+  take the per-key path.
 - The key's position: the greatest of the stored one and its remaining records'.
 - Emitted, at the key's position, from the row before (``old``) and after (``new``): ``none``
   an upsert (``+I``, ``+U`` or ``-D``) when they differ; ``lookup`` ``+I``, ``-D`` or a
@@ -69,6 +71,7 @@ as stored, the touched keys' new rows after them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -94,10 +97,14 @@ if TYPE_CHECKING:
 #: (``tests/bench/bench_merge_kernel.py``)
 KERNEL_MIN_CHANGES = 1500
 ENGINES = ("deduplicate", "first-row", "partial-update", "aggregation")
-#: ``aggregation`` functions the kernel folds (``_folded_column``); ``sum`` and ``count`` on
-#: integer columns only, whose overflow the kernel can bound before it adds
-FUNCTIONS = frozenset({"sum", "count", "max", "min", "last_value", "last_non_null_value", "first_value",
-                       "first_non_null_value", "bool_and", "bool_or"})
+#: ``aggregation`` functions the kernel folds (``_folded_column``); ``sum``, ``count`` and
+#: ``product`` on integer columns only, whose overflow the kernel can bound before it folds;
+#: ``listagg`` without ``distinct``
+FUNCTIONS = frozenset({"sum", "count", "product", "max", "min", "last_value", "last_non_null_value", "first_value",
+                       "first_non_null_value", "bool_and", "bool_or", "listagg"})
+#: a blank ``listagg`` value (``str.strip`` leaves nothing): Python's whitespace is Unicode's
+#: and the four separators U+001C-U+001F
+_BLANK = r"^[\s\x1c-\x1f]*$"
 PRODUCERS = ("none", "input", "lookup", "full-compaction")
 _I, _ADD, _PR, _N = "$i", "$add", "$pr", "$n"  # input order, sign, position rank, rank in (row, sign)
 _OLD, _NEW = "$old", "$new"  # prefixes of the row before and after, per key
@@ -113,6 +120,7 @@ _HAS_ITEM, _GPR = "$has_item", "$gpr"  # a stored row or tombstone; a stored key
 #: a float sum of absolute values below this share of a type's bound is certainly in range
 #: (float64 rounding of a sum of up to 2**20 terms stays below 2**-33 of it)
 _SAFE = 1 - 2**-30
+_BOUNDED = ("sum", "count", "product")
 
 
 def supports(stage: MergeEngineStage) -> bool:
@@ -125,9 +133,12 @@ def supports(stage: MergeEngineStage) -> bool:
 
 
 def _folds(agg: FieldAgg) -> bool:
-    """Whether the kernel folds ``agg`` (``FUNCTIONS``; a sum or count needs its bounds)."""
+    """Whether the kernel folds ``agg`` (``FUNCTIONS``; a sum, count or product needs its
+    bounds, a ``listagg`` must not be ``distinct``)."""
     folded = _Agg.of(agg)
-    return folded.function in FUNCTIONS and (folded.function not in ("sum", "count") or folded.bounds is not None)
+    if folded.function == "listagg":
+        return not _inner(agg).distinct
+    return folded.function in FUNCTIONS and (folded.function not in _BOUNDED or folded.bounds is not None)
 
 
 def _inner(agg: FieldAgg) -> FieldAgg:
@@ -139,18 +150,23 @@ class _Agg(NamedTuple):
     """An ``aggregation`` column's function as the kernel folds it."""
 
     function: str
-    #: ``sum`` and ``count``: the range of the column's integer type
+    #: ``sum``, ``count`` and ``product``: the range of the column's integer type
     bounds: tuple[int, int] | None
     #: a retraction folds (``sum``, ``count``, ``last_value``, ``last_non_null_value``)
     retracts: bool
-    #: a retraction is an error (the other functions, without ``ignore-retract``)
+    #: a retraction takes the per-key path (an error there, or ``product``'s division, whose
+    #: truncation depends on the order of the items), unless ``ignore-retract`` drops it
     refuses_retractions: bool
+    #: ``listagg``'s delimiter
+    delimiter: str = ","
 
     @classmethod
     def of(cls, agg: FieldAgg) -> _Agg:
         inner, ignored = _inner(agg), isinstance(agg, IgnoreRetract)
-        bounds = INT_RANGES.get(inner.type_name or "") if inner.name in ("sum", "count") else None
-        return cls(inner.name, bounds, inner.retractable and not ignored, not inner.retractable and not ignored)
+        bounds = INT_RANGES.get(inner.type_name or "") if inner.name in _BOUNDED else None
+        retracts = inner.retractable and inner.name != "product"
+        return cls(inner.name, bounds, retracts and not ignored, not retracts and not ignored,
+                   getattr(inner, "delimiter", ","))
 
 
 class MergeKernel:
@@ -450,9 +466,9 @@ class MergeKernel:
         function (``_folded_column``) over its items: the adds, and for ``sum``, ``count``,
         ``last_value`` and ``last_non_null_value`` the retractions too unless
         ``fields.<f>.ignore-retract`` drops them. A sequence field takes the last add's value.
-        None (per-key path) for a retraction of a function that takes none (an error there),
-        two items of a key that tie in merge order, and a sum or count that may overflow its
-        integer type at any step (the per-key path reports it)."""
+        None (per-key path) for a retraction of a function that takes none (an error there;
+        ``product``'s divides), two items of a key that tie in merge order, and a sum, count or
+        product that may overflow its integer type at any step (the per-key path reports it)."""
         old = old.join(effective.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
         remove = self.stage.cfg.aggregation_remove_record_on_delete
         deletes = (pl.col(KIND) == DELETE) & remove
@@ -468,12 +484,11 @@ class MergeKernel:
         if items.select(pl.len().over(*self.key, "$o").max()).item(0, 0) not in (None, 1):
             return None
         schema = items.schema
+        added = [c for c, a in self.aggs.items() if a.function in ("sum", "count")]
+        items = items.with_columns(_counted(pl.col(c), self.aggs[c]).alias(c) for c in added)
         bounded = [c for c, a in self.aggs.items() if a.bounds is not None]
-        items = items.with_columns(_counted(pl.col(c), self.aggs[c]).alias(c) for c in bounded)
-        if bounded:
-            largest = items.group_by(self.key).agg(pl.col(c).cast(pl.Float64).abs().sum() for c in bounded).select(bounded).max()
-            if any(largest[c][0] is not None and largest[c][0] > _SAFE * self.aggs[c].bounds[1] for c in bounded):
-                return None
+        if bounded and _may_overflow(items, self.key, {c: self.aggs[c] for c in bounded}):
+            return None
         items = items.with_columns(pl.col("$o").filter(pl.col("$del")).max().over(self.key).alias("$d"))
         after = pl.col("$d").is_null() | (pl.col("$o") > pl.col("$d"))
         add = pl.col("$add")
@@ -625,6 +640,24 @@ def _dense_rank(frame: pl.DataFrame, order: list[str], descending: list[bool]) -
     return pl.zeros(frame.height, pl.Int64, eager=True).scatter(ordered["$j"], runs)
 
 
+def _may_overflow(items: pl.DataFrame, key: list[str], aggs: dict[str, _Agg]) -> bool:
+    """Whether a ``sum``, ``count`` or ``product`` of some key may leave its integer type at
+    any step of its fold, whatever the order: a float bound on the sum of the absolute values
+    of what it adds, or of the ``log2`` of its non-zero factors (a partial product of
+    integers is never larger than the product of all non-zero factors)."""
+    def magnitude(c: str, agg: _Agg) -> pl.Expr:
+        if agg.function == "product":
+            return pl.col(c).cast(pl.Float64).abs().filter(pl.col(c) != 0).log(2).sum()
+        return pl.col(c).cast(pl.Float64).abs().sum()
+
+    largest = items.group_by(key).agg(magnitude(c, a).alias(c) for c, a in aggs.items()).select(list(aggs)).max()
+    for c, agg in aggs.items():
+        limit = _SAFE * agg.bounds[1]
+        if largest[c][0] is not None and largest[c][0] > (math.log2(limit) - 2**-20 if agg.function == "product" else limit):
+            return True
+    return False
+
+
 def _counted(col: pl.Expr, agg: _Agg) -> pl.Expr:
     """What each item adds to a ``sum`` or ``count`` column: the value, or one per non-null
     value (a stored count is a count), negated for a retraction; null for a null value and
@@ -649,6 +682,11 @@ def _folded_column(col: pl.Expr, add: pl.Expr, agg: _Agg) -> pl.Expr:
         return pl.when(add.filter(col.is_not_null()).last()).then(col.drop_nulls().last())
     col = col.filter(add)
     some = col.count() > 0
+    if function == "product":
+        return pl.when(some).then(col.cast(pl.Int64).drop_nulls().product())
+    if function == "listagg":  # the non-blank values joined (a blank one never enters the fold)
+        values = col.filter(col.is_not_null() & ~col.str.contains(_BLANK))
+        return pl.when(values.count() > 0).then(values.str.join(agg.delimiter))
     if function == "bool_and":
         return pl.when(some).then(col.all())
     if function == "bool_or":
