@@ -7,7 +7,12 @@ around the same stage, alternately, medians of ``--repeats`` runs each. Two inpu
 batch built from ``Change`` tuples (what the replay host passes today) and one built from
 Arrow columns (what a columnar source passes).
 
-Run:  .venv/bin/python tests/bench/bench_aggregate_kernel.py [--changes 60000] [--repeats 5]
+``--shape cdc``: ``MIN(price), MAX(price), COUNT(*) GROUP BY product_id`` over a changelog
+instead: four rows per product stored, the batch updates random stored rows (``-U``/``+U``
+of a new price at one position), a tenth of its records deletes or inserts, so most groups
+retract values of their multisets, extremes included.
+
+Run:  .venv/bin/python tests/bench/bench_aggregate_kernel.py [--changes 60000] [--repeats 5] [--shape cdc]
 """
 
 from __future__ import annotations
@@ -37,17 +42,50 @@ def workload(n_changes: int, seed: int) -> tuple[list[Change], list[Change]]:
     return warm, batch
 
 
+def cdc_workload(n_changes: int, seed: int) -> tuple[list[Change], list[Change]]:
+    """(four rows per product, the measured batch: updates, deletes and inserts of rows)."""
+    rng = random.Random(seed)
+    active = [(pid, k, rng.randint(1, 1_000)) for pid in range(PRODUCTS) for k in range(4)]
+    warm = [Change("+I", row, (0, i)) for i, row in enumerate(active)]
+    batch: list[Change] = []
+    pos = 0
+    while len(batch) < n_changes:
+        pos += 1
+        draw = rng.random()
+        if draw < 0.05 and active:
+            batch.append(Change("-D", active.pop(rng.randrange(len(active))), (1, pos)))
+        elif draw < 0.1:
+            row = (rng.randrange(PRODUCTS), 4 + pos, rng.randint(1, 1_000))
+            active.append(row)
+            batch.append(Change("+I", row, (1, pos)))
+        else:
+            at = rng.randrange(len(active))
+            old = active[at]
+            new = active[at] = (old[0], old[1], rng.randint(1, 1_000))
+            batch += [Change("-U", old, (1, pos)), Change("+U", new, (1, pos))]
+    rng.shuffle(batch)
+    return warm, batch
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag, default in (("--changes", 60_000), ("--repeats", 5), ("--seed", 7)):
         ap.add_argument(flag, type=int, default=default)
+    ap.add_argument("--shape", choices=("w1", "cdc"), default="w1")
     args = ap.parse_args()
-    warm, changes = workload(args.changes, args.seed)
-    stage = GroupAggregate((0,), [AggCall("SUM", 1)], input_types=[make_type("BIGINT"), make_type("BIGINT")])
+    if args.shape == "cdc":
+        warm, changes = cdc_workload(args.changes, args.seed)
+        types = [make_type("BIGINT")] * 3
+        stage = GroupAggregate((0,), [AggCall("MIN", 2), AggCall("MAX", 2), AggCall("COUNT_STAR")], input_types=types)
+        title = "MIN/MAX/COUNT(*) over a changelog"
+    else:
+        warm, changes = workload(args.changes, args.seed)
+        stage = GroupAggregate((0,), [AggCall("SUM", 1)], input_types=[make_type("BIGINT"), make_type("BIGINT")])
+        title = "W1 aggregate"
     kernel, per_key = AggregateKernel(stage), PerKeyAdapter(stage)
     warm_bucket, _ = per_key.process_batch([ChangeBatch(changes=warm)], Bucket(), BatchContext(metrics=Counter()))
     table = ChangeBatch.from_changes(changes, stage.input_schema).table()
-    print(f"W1 aggregate: {len(changes)} changes over {PRODUCTS} products, medians of {args.repeats}")
+    print(f"{title}: {len(changes)} changes over {PRODUCTS} products, medians of {args.repeats}")
     print(f"{'input':<8} {'per-key s':>10} {'kernel s':>10} {'speedup':>8}")
     forms = (("changes", lambda: ChangeBatch(changes=changes)), ("arrow", lambda: ChangeBatch.from_table(table)))
     for form, make in forms:

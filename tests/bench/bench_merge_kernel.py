@@ -7,7 +7,8 @@ medians of ``--repeats`` runs each, for buckets of several sizes. The records ar
 stored key or a new one, a tenth of them deletes, into a table of five columns; the engines
 and producers are those the kernel computes (``sequence.field`` on a random column, so that
 records arrive out of sequence and deletes leave tombstones; ``aggregation`` with a function
-of each kind, the deletes retractions).
+of each kind, the deletes retractions; ``listagg``; the ``full-compaction`` producer, whose
+default interval makes every batch a barrier).
 
 Run:  .venv/bin/python tests/bench/bench_merge_kernel.py [--repeats 5]
 """
@@ -37,6 +38,9 @@ CONFIGS = (
     ("aggregation", {"changelog-producer": "lookup", "fields.qty.aggregate-function": "sum",
                      "fields.level.aggregate-function": "max", "fields.level.ignore-retract": "true",
                      "fields.name.aggregate-function": "last_non_null_value", "fields.ts.aggregate-function": "count"}, True),
+    ("aggregation", {"changelog-producer": "lookup", "ignore-delete": "true", "fields.name.aggregate-function": "listagg",
+                     "fields.level.aggregate-function": "min"}, True),
+    ("deduplicate", {"changelog-producer": "full-compaction"}, True),
 )
 
 

@@ -230,6 +230,25 @@ def test_exact_pair_in_one_group_with_an_unchanged_output_emits_nothing_for_a_ne
     assert out == [[("+I", (1, "a"), (1,))], []]
 
 
+def test_min_and_max_take_retractions_from_the_multiset_without_the_per_group_path(monkeypatch):
+    s = GroupAggregate((G,), [AggCall("MIN", INT), AggCall("MAX", INT), AggCall("MIN", S)], name="m", input_types=TYPES)
+    kernel = AggregateKernel(s)
+    monkeypatch.setattr(kernel, "_per_group", lambda *a: pytest.fail("a group took the per-group path"))
+    host = Host(kernel, stored=True)
+    assert host.run([c("+I", 0, "b", 1, None, None, pos=1), c("+I", 0, "a", 3, None, None, pos=2),
+                     c("+I", 0, "c", 5, None, None, pos=3)]) == [("+I", (0, 1, 5, "a"), (3,))]
+    # both extremes retracted: the next ones come from the stored multiset
+    assert host.run([c("-D", 0, "b", 1, None, None, pos=4), c("-D", 0, "c", 5, None, None, pos=5),
+                     c("+I", 0, "c", 4, None, None, pos=6)]) == [("-U", (0, 1, 5, "a"), (6,)), ("+U", (0, 3, 4, "a"), (6,))]
+    # an update that puts the same row back changed the output in between: a refresh
+    assert host.run([c("-U", 0, "a", 3, None, None, pos=7), c("+U", 0, "a", 3, None, None, pos=7)]) == [
+        ("-U", (0, 3, 4, "a"), (7,)), ("+U", (0, 3, 4, "a"), (7,)),
+    ]
+    # the group empties inside the batch and starts again
+    assert host.run([c("-D", 0, "a", 3, None, None, pos=8), c("-D", 0, "c", 4, None, None, pos=8),
+                     c("+I", 0, "d", 2, None, None, pos=9)]) == [("-U", (0, 3, 4, "a"), (9,)), ("+U", (0, 2, 2, "d"), (9,))]
+
+
 def test_retraction_without_state_is_counted_not_applied():
     h = Host(AggregateKernel(stage("totals")))
     assert h.run([c("-D", *row(1, i=2), pos=1)]) == []

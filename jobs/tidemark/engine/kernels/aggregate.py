@@ -3,11 +3,13 @@ update per touched group from its net deltas.
 
 What is columnar (polars over the batch's Arrow table in the canonical order): grouping by
 the group-by columns, each group's net deltas (row count, SUM/AVG totals and non-null
-counts, COUNT counts, the values MIN/MAX add, each DISTINCT value's multiplicity), and the
+counts, COUNT counts, the values MIN/MAX add or retract, each DISTINCT value's multiplicity), and the
 refresh replay
 (``GroupAggregate._changing_steps``) as prefix sums: the output after each record of a group
 is a function of running totals from the group's old state, so "the first and the last
-record that changed the output" is a window computation, not a loop over records.
+record that changed the output" is a window computation, not a loop over records. A MIN or
+MAX after each record is a running extreme over adds, and with retractions the extreme of a
+multiset of running counts (``_retracted_extremes``).
 
 What stays per group, in Python: adding the deltas to the group's ``GroupState`` (the
 stage's own accumulators, so the output values are the per-key path's by construction) and
@@ -19,8 +21,11 @@ Which groups take the stage's own ``process_key`` instead (their records in hand
   depends on the positions of every active instance of every value;
 - a group that empties inside the batch before its last record (the group is cleared and
   re-created mid-batch: Flink's refresh of a re-created group needs that record order);
-- a group with a retraction and a MIN or MAX call (retracting the extreme needs the multiset
-  at that record);
+- a group where a MIN or MAX call gets a retraction and its multiset could not be computed
+  as running counts: a count that could drop below zero in some order, a group emptied with
+  values left in it, or more than ``_PAIRS_PER_GROUP`` (changes x values it touches)
+  (``_retracted_extremes``: the value after each record is the extreme of the old values the
+  batch does not touch and of the touched values whose running count is positive);
 - a group where a count could drop below zero in some order (a retraction of a row that was
   never added): the per-key path clamps it record by record;
 - a group whose AVG is over DECIMAL and that has several records (Python's ``Decimal``
@@ -66,6 +71,9 @@ _STEP = "$step"  # a change's rank within its group, in the canonical order
 _ROWS = "$rows"  # the group's row count after the change
 _CHANGED = "$changed"  # the change changed the group's output (the refresh replay)
 _SIMPLE = "$simple"  # the group's batch is computed from its deltas (module docstring)
+#: a group whose changes times the values they touch exceed this takes the per-group path
+#: for a MIN/MAX call with a retraction (``_retracted_extremes``)
+_PAIRS_PER_GROUP = 20_000
 
 
 def _c(name: str, i: int) -> str:
@@ -213,6 +221,9 @@ class AggregateKernel:
             old[_c("ov", i)] = [o[i] if o is not None else None for o in old_out]
             if call.func in ("MIN", "MAX", "SUM"):
                 dtypes[_c("ov", i)] = arg_type
+            if call.func in ("MIN", "MAX"):
+                old[_c("ob", i)] = _untouched_extremes(df, rows[call.arg], i, call.func == "MAX", gids, olds)
+                dtypes[_c("ob", i)] = arg_type
             elif call.func == "AVG":
                 dtypes[_c("ov", i)] = pl.Int64 if arg_type.is_integer() else pl.Float64
         return pl.DataFrame(
@@ -226,7 +237,7 @@ class AggregateKernel:
         ``old``: per group id (``$g``) its old row count (``$orows``, 0 for a new group) and
         per call ``i`` its old total (``$ot<i>``, SUM and AVG), count (``$on<i>``) and output
         value (``$ov<i>``, null for a new group); ``gids`` and ``olds``: the same groups'
-        ``GroupState``, which only DISTINCT calls read."""
+        ``GroupState``, which only DISTINCT, MIN and MAX calls read."""
         stage = self.stage
         # each group's changes together, in the canonical order: windows are runs (``Runs``)
         df = df.sort(_G, maintain_order=True)
@@ -238,6 +249,7 @@ class AggregateKernel:
         net = df.group_by([_G, *rows]).agg(pl.col(WEIGHT).sum().alias("$net"))
         retractions = self._net_retractions(net, rows)
         df = self._distinct_steps(df.join(retractions, on=_G, how="left", maintain_order="left"), net, rows, gids, olds)
+        df = self._retracted_extremes(df, net, rows, gids, olds)
         # no record finds the group empty and retracts (the per-key path skips it)
         simple = pl.col(_ROWS) >= 0
         values = []
@@ -272,7 +284,16 @@ class AggregateKernel:
             cum = (arg.cum_max() if call.func == "MAX" else arg.cum_min()).forward_fill().over(**over)
             both = [pl.col(_c("ov", i)), cum]
             value = pl.max_horizontal(both) if call.func == "MAX" else pl.min_horizontal(both)
-            return value, (w > 0).all().over(**over)
+            # only adds of values (a retracted NULL leaves the multiset as it is), and where
+            # the group empties an empty multiset (the per-key replay starts it again)
+            valued = pl.col(rows[call.arg]).is_not_null()
+            adds = (((w > 0) | ~valued) & ((pl.col(_ROWS) > 0) | value.is_null())).all().over(**over)
+            if _c("xv", i) not in df.columns:
+                return value, adds
+            # a group with a retraction of a value: its multiset after each change (``_retracted_extremes``)
+            retracted = pl.col(_c("xr", i))
+            return (pl.when(retracted).then(pl.col(_c("xv", i))).otherwise(value),
+                    pl.when(retracted).then(pl.col(_c("xok", i))).otherwise(adds))
         if uses_distinct(call):  # a value counts once: its 0 -> 1 and 1 -> 0 moves (``_distinct_steps``)
             c = pl.col(_c("dc", i))
             never_clamps = pl.col(_c("dok", i))
@@ -297,6 +318,79 @@ class AggregateKernel:
             q = t_k.abs() // n_k
             return pl.when(n_k > 0).then(pl.when(t_k >= 0).then(q).otherwise(-q)), never_clamps
         return pl.when(n_k > 0).then(t_k / n_k), never_clamps
+
+    def _retracted_extremes(
+        self, df: pl.DataFrame, net: pl.DataFrame, rows: list[str], gids: Sequence[int], olds: Sequence[GroupState | None]
+    ) -> pl.DataFrame:
+        """For each MIN/MAX call, in the groups where it gets a retraction (``$xr``): its
+        value after each change (``$xv``) from the group's multiset at that change, and
+        whether the columnar path computes what the per-key replay does (``$xok``).
+
+        Derivation: the multiset after change ``k`` is the old one plus the changes up to
+        ``k``. Split it into the values the batch touches, whose count after ``k`` is the old
+        count plus a running sum of their changes' weights, and the others, whose extreme
+        (``$ob``, ``_untouched_extremes``) does not move; the value after ``k`` is the
+        extreme of that one and of the touched values whose count is positive. Each change
+        is paired with each value its group touches (a join on the group), so a group costs
+        its changes times its values; a group above ``_PAIRS_PER_GROUP`` goes per group.
+
+        The per-key path feeds values record by record in the canonical order, and at the
+        end row by row in arrival order, dropping a value whose count reaches 0 or less:
+        both agree with these sums only where no count can go below 0 in either order (a
+        running count stays >= 0, and the old count plus the row's negative net weights
+        too); and it starts a group again from nothing where it empties, which these sums
+        match where the multiset is empty there. Elsewhere ``$xok`` is false."""
+        extremes = [(i, call) for i, call in enumerate(self.stage.aggs) if call.func in ("MIN", "MAX")]
+        if not extremes or not olds:
+            return df
+        at = {g: n for n, g in enumerate(gids)}
+        w = pl.col(WEIGHT)
+        for i, call in extremes:
+            arg = rows[call.arg]
+            value = _c("rank", i) if _c("rank", i) in df.columns else arg
+            valued = pl.col(arg).is_not_null()
+            retracting = (valued & (w < 0)).any().over(_G)
+            part = df.filter(retracting)
+            if part.is_empty():
+                continue
+            # the values each group touches, with their old counts
+            touched = part.filter(pl.col(arg).is_not_null()).select(_G, *dict.fromkeys([arg, value])).unique(
+                [_G, arg], maintain_order=True)
+            counts = [olds[at[g]].accs[i].values.get(v, 0) if olds[at[g]] is not None else 0
+                      for g, v in touched.select(_G, arg).iter_rows()]
+            negs = net.filter((pl.col("$net") < 0) & pl.col(arg).is_not_null()).group_by(_G, arg).agg(
+                pl.col("$net").sum().alias("$neg"))
+            touched = touched.with_columns(pl.Series("$c0", counts, dtype=pl.Int64)).join(
+                negs, on=[_G, arg], how="left", nulls_equal=False, maintain_order="left")
+            never_below = touched.group_by(_G).agg((pl.col("$c0") + pl.col("$neg").fill_null(0) >= 0).all().alias("$nb"))
+            # the untouched values' extreme: present at every change
+            base = part.select(_G, pl.col(_c("ob", i)).alias(value)).unique(_G).filter(pl.col(value).is_not_null())
+            values = pl.concat([
+                touched.select(_G, pl.col(value).alias("$v"), "$c0"),
+                base.select(_G, pl.col(value).alias("$v"), pl.lit(1, pl.Int64).alias("$c0")),
+            ], how="vertical_relaxed")
+            sizes = part.group_by(_G).agg(pl.len().alias("$n")).join(
+                values.group_by(_G).agg(pl.len().alias("$m")), on=_G, how="left")
+            small = sizes.filter(pl.col("$n") * pl.col("$m").fill_null(0) <= _PAIRS_PER_GROUP).select(_G)
+            changes = part.join(small, on=_G, how="semi").select(_G, _STEP, pl.col(value).alias("$vk"), WEIGHT)
+            pairs = changes.join(values, on=_G).sort(_G, "$v", _STEP).with_columns(
+                (pl.col("$c0") + pl.when(pl.col("$vk") == pl.col("$v")).then(w).otherwise(0).cum_sum().over(_G, "$v")).alias("$cnt")
+            )
+            present = pl.col("$v").filter(pl.col("$cnt") > 0)
+            at_step = pairs.group_by(_G, _STEP).agg(
+                (present.max() if call.func == "MAX" else present.min()).alias(_c("xv", i)),
+                (pl.col("$cnt") >= 0).all().alias("$pos"),
+            )
+            df = df.join(at_step, on=[_G, _STEP], how="left", maintain_order="left").join(
+                never_below, on=_G, how="left", maintain_order="left"
+            ).with_columns(
+                retracting.alias(_c("xr", i)),
+                # no count below 0 in either order, and where the group empties, nothing left in
+                # the multiset (the per-key replay starts it again from an empty one)
+                ((pl.col("$pos").fill_null(False) & pl.col("$nb").fill_null(True)
+                  & ((pl.col(_ROWS) > 0) | pl.col(_c("xv", i)).is_null())).all().over(_G)).alias(_c("xok", i)),
+            ).drop("$pos", "$nb")
+        return df
 
     def _net_retractions(self, net: pl.DataFrame, rows: list[str]) -> pl.DataFrame:
         """Per group: for each SUM/AVG/COUNT call, the sum of the negative net weights of the
@@ -434,18 +528,42 @@ class AggregateKernel:
 
 def _ranked_extremes(df: pl.DataFrame, rows: list[str], aggs: Sequence[Any]) -> pl.DataFrame:
     """Polars has no running min/max of strings: a MIN/MAX call over strings is compared by
-    each value's rank among the batch's and the old extremes' values (``$rank``, and the old
-    extreme's ``$ov`` replaced by its rank)."""
+    each value's rank among the batch's, the old extremes' and the untouched extremes'
+    values (``$rank``, and ``$ov`` and ``$ob`` replaced by their ranks)."""
     for i, call in enumerate(aggs):
         if call.func not in ("MIN", "MAX") or df[rows[call.arg]].dtype != pl.String:
             continue
-        ordered = pl.concat([df[rows[call.arg]], df[_c("ov", i)]]).drop_nulls().unique().sort()
+        olds = [c for c in (_c("ov", i), _c("ob", i)) if c in df.columns]
+        ordered = pl.concat([df[rows[call.arg]], *(df[c] for c in olds)]).drop_nulls().unique().sort()
         ranks = pl.Series(range(len(ordered)), dtype=pl.Int64)
         df = df.with_columns(
             pl.col(rows[call.arg]).replace_strict(ordered, ranks, default=None).alias(_c("rank", i)),
-            pl.col(_c("ov", i)).replace_strict(ordered, ranks, default=None).alias(_c("ov", i)),
+            *(pl.col(c).replace_strict(ordered, ranks, default=None).alias(c) for c in olds),
         )
     return df
+
+
+def _untouched_extremes(
+    df: pl.DataFrame, arg: str, i: int, is_max: bool, gids: Sequence[int], olds: Sequence[GroupState | None]
+) -> list[Any]:
+    """Per group: the extreme of the call's old multiset among the values the batch does not
+    touch, for the groups where the call gets a retraction (``_retracted_extremes``); None
+    for the others and where no such value is left."""
+    retracting = df.filter(pl.col(arg).is_not_null() & (pl.col(WEIGHT) < 0)).select(_G).unique()
+    if retracting.is_empty():
+        return [None] * len(gids)
+    touched = dict(df.join(retracting, on=_G, how="semi").filter(pl.col(arg).is_not_null())
+                   .group_by(_G).agg(pl.col(arg).unique()).iter_rows())
+    pick = max if is_max else min
+    out = []
+    for g, st in zip(gids, olds):
+        seen = touched.get(g)
+        if seen is None or st is None:
+            out.append(None)
+            continue
+        skip = set(seen)
+        out.append(pick((v for v in st.accs[i].values if v not in skip), default=None))
+    return out
 
 
 def _decimal_avg(call: Any, dtype: pl.DataType | None) -> bool:
