@@ -41,6 +41,8 @@ DISTINCT = [AggCall("COUNT", S, distinct=True), AggCall("SUM", INT, distinct=Tru
 STAGES = {
     "totals": ((G,), TOTALS),
     "extremes": ((G, S), EXTREMES),
+    "extremes-of-one-column": ((G,), [AggCall("MIN", S), AggCall("MAX", S), AggCall("MAX", INT), AggCall("MIN", INT),
+                                       AggCall("COUNT_STAR")]),
     "distinct": ((G,), DISTINCT),
     "last-value": ((G,), [AggCall("LAST_VALUE", INT), AggCall("LAST_VALUE", S)]),
     "decimal-avg": ((G,), [AggCall("AVG", D), AggCall("COUNT_STAR")]),

@@ -322,17 +322,19 @@ class AggregateKernel:
     def _retracted_extremes(
         self, df: pl.DataFrame, net: pl.DataFrame, rows: list[str], gids: Sequence[int], olds: Sequence[GroupState | None]
     ) -> pl.DataFrame:
-        """For each MIN/MAX call, in the groups where it gets a retraction (``$xr``): its
-        value after each change (``$xv``) from the group's multiset at that change, and
+        """For each MIN/MAX call, in the groups where its column gets a retraction (``$xr``):
+        its value after each change (``$xv``) from the group's multiset at that change, and
         whether the columnar path computes what the per-key replay does (``$xok``).
 
         Derivation: the multiset after change ``k`` is the old one plus the changes up to
         ``k``. Split it into the values the batch touches, whose count after ``k`` is the old
-        count plus a running sum of their changes' weights, and the others, whose extreme
-        (``$ob``, ``_untouched_extremes``) does not move; the value after ``k`` is the
-        extreme of that one and of the touched values whose count is positive. Each change
-        is paired with each value its group touches (a join on the group), so a group costs
-        its changes times its values; a group above ``_PAIRS_PER_GROUP`` goes per group.
+        count plus a running sum of their changes' weights, and the others, whose extremes
+        (``$ob``, ``_untouched_extremes``) do not move; the value after ``k`` is the extreme
+        of those and of the touched values whose count is positive. Each change is paired
+        with each value its group touches (a join on the group, in (value, change) order),
+        so a group costs its changes times its values; a group above ``_PAIRS_PER_GROUP``
+        goes per group. The calls over one column share the pairs: an untouched extreme of
+        either kind is in the multiset, so both take part in both.
 
         The per-key path feeds values record by record in the canonical order, and at the
         end row by row in arrival order, dropping a value whose count reaches 0 or less:
@@ -340,56 +342,60 @@ class AggregateKernel:
         running count stays >= 0, and the old count plus the row's negative net weights
         too); and it starts a group again from nothing where it empties, which these sums
         match where the multiset is empty there. Elsewhere ``$xok`` is false."""
-        extremes = [(i, call) for i, call in enumerate(self.stage.aggs) if call.func in ("MIN", "MAX")]
-        if not extremes or not olds:
+        by_column: dict[int, list[int]] = {}
+        for i, call in enumerate(self.stage.aggs):
+            if call.func in ("MIN", "MAX"):
+                by_column.setdefault(call.arg, []).append(i)
+        if not by_column or not olds:
             return df
         at = {g: n for n, g in enumerate(gids)}
         w = pl.col(WEIGHT)
-        for i, call in extremes:
-            arg = rows[call.arg]
-            value = _c("rank", i) if _c("rank", i) in df.columns else arg
-            valued = pl.col(arg).is_not_null()
-            retracting = (valued & (w < 0)).any().over(_G)
+        for column, calls in by_column.items():
+            arg = rows[column]
+            ranked = [_c("rank", i) for i in calls if _c("rank", i) in df.columns]
+            value = ranked[0] if ranked else arg  # a string column's calls share one ranking
+            retracting = (pl.col(arg).is_not_null() & (w < 0)).any().over(_G)
             part = df.filter(retracting)
             if part.is_empty():
                 continue
             # the values each group touches, with their old counts
             touched = part.filter(pl.col(arg).is_not_null()).select(_G, *dict.fromkeys([arg, value])).unique(
                 [_G, arg], maintain_order=True)
-            counts = [olds[at[g]].accs[i].values.get(v, 0) if olds[at[g]] is not None else 0
+            counts = [olds[at[g]].accs[calls[0]].values.get(v, 0) if olds[at[g]] is not None else 0
                       for g, v in touched.select(_G, arg).iter_rows()]
             negs = net.filter((pl.col("$net") < 0) & pl.col(arg).is_not_null()).group_by(_G, arg).agg(
                 pl.col("$net").sum().alias("$neg"))
             touched = touched.with_columns(pl.Series("$c0", counts, dtype=pl.Int64)).join(
                 negs, on=[_G, arg], how="left", nulls_equal=False, maintain_order="left")
             never_below = touched.group_by(_G).agg((pl.col("$c0") + pl.col("$neg").fill_null(0) >= 0).all().alias("$nb"))
-            # the untouched values' extreme: present at every change
-            base = part.select(_G, pl.col(_c("ob", i)).alias(value)).unique(_G).filter(pl.col(value).is_not_null())
+            # the untouched values' extremes: present at every change
+            bases = [part.select(_G, pl.col(_c("ob", i)).alias("$v")) for i in calls]
             values = pl.concat([
                 touched.select(_G, pl.col(value).alias("$v"), "$c0"),
-                base.select(_G, pl.col(value).alias("$v"), pl.lit(1, pl.Int64).alias("$c0")),
-            ], how="vertical_relaxed")
+                pl.concat(bases).unique().filter(pl.col("$v").is_not_null()).with_columns(pl.lit(1, pl.Int64).alias("$c0")),
+            ], how="vertical_relaxed").sort(_G, "$v")
             sizes = part.group_by(_G).agg(pl.len().alias("$n")).join(
                 values.group_by(_G).agg(pl.len().alias("$m")), on=_G, how="left")
             small = sizes.filter(pl.col("$n") * pl.col("$m").fill_null(0) <= _PAIRS_PER_GROUP).select(_G)
             changes = part.join(small, on=_G, how="semi").select(_G, _STEP, pl.col(value).alias("$vk"), WEIGHT)
-            pairs = changes.join(values, on=_G).sort(_G, "$v", _STEP).with_columns(
-                (pl.col("$c0") + pl.when(pl.col("$vk") == pl.col("$v")).then(w).otherwise(0).cum_sum().over(_G, "$v")).alias("$cnt")
+            # per (group, value), its changes in order: a run per value row
+            pairs = values.with_row_index("$gv").join(changes, on=_G, maintain_order="left_right")
+            moved = pl.when(pl.col("$vk") == pl.col("$v")).then(w).otherwise(0)
+            pairs = pairs.select(_G, _STEP, "$v", (pl.col("$c0") + Runs("$gv").cum_sum(moved)).alias("$cnt"))
+            below = pairs.filter(pl.col("$cnt") < 0).select(_G).unique()
+            extremes = pairs.filter(pl.col("$cnt") > 0).group_by(_G, _STEP).agg(
+                *((pl.col("$v").max() if self.stage.aggs[i].func == "MAX" else pl.col("$v").min()).alias(_c("xv", i))
+                  for i in calls)
             )
-            present = pl.col("$v").filter(pl.col("$cnt") > 0)
-            at_step = pairs.group_by(_G, _STEP).agg(
-                (present.max() if call.func == "MAX" else present.min()).alias(_c("xv", i)),
-                (pl.col("$cnt") >= 0).all().alias("$pos"),
-            )
-            df = df.join(at_step, on=[_G, _STEP], how="left", maintain_order="left").join(
-                never_below, on=_G, how="left", maintain_order="left"
-            ).with_columns(
-                retracting.alias(_c("xr", i)),
-                # no count below 0 in either order, and where the group empties, nothing left in
-                # the multiset (the per-key replay starts it again from an empty one)
-                ((pl.col("$pos").fill_null(False) & pl.col("$nb").fill_null(True)
-                  & ((pl.col(_ROWS) > 0) | pl.col(_c("xv", i)).is_null())).all().over(_G)).alias(_c("xok", i)),
-            ).drop("$pos", "$nb")
+            ok = small.join(below, on=_G, how="anti").join(never_below, on=_G, how="left").select(
+                _G, pl.col("$nb").fill_null(True).alias("$ok"))
+            df = df.join(extremes, on=[_G, _STEP], how="left", maintain_order="left").join(
+                ok, on=_G, how="left", maintain_order="left")
+            empty_where_emptied = pl.all_horizontal((pl.col(_ROWS) > 0) | pl.col(_c("xv", i)).is_null() for i in calls)
+            xok = (pl.col("$ok").fill_null(False) & empty_where_emptied).all().over(_G)
+            df = df.with_columns(
+                *(retracting.alias(_c("xr", i)) for i in calls), *(xok.alias(_c("xok", i)) for i in calls),
+            ).drop("$ok")
         return df
 
     def _net_retractions(self, net: pl.DataFrame, rows: list[str]) -> pl.DataFrame:
@@ -528,16 +534,20 @@ class AggregateKernel:
 
 def _ranked_extremes(df: pl.DataFrame, rows: list[str], aggs: Sequence[Any]) -> pl.DataFrame:
     """Polars has no running min/max of strings: a MIN/MAX call over strings is compared by
-    each value's rank among the batch's, the old extremes' and the untouched extremes'
-    values (``$rank``, and ``$ov`` and ``$ob`` replaced by their ranks)."""
+    each value's rank among the batch's, the old extremes' and the untouched extremes' values
+    of its column, one ranking per column (``$rank``, and ``$ov`` and ``$ob`` replaced by
+    their ranks)."""
+    by_column: dict[int, list[int]] = {}
     for i, call in enumerate(aggs):
-        if call.func not in ("MIN", "MAX") or df[rows[call.arg]].dtype != pl.String:
-            continue
-        olds = [c for c in (_c("ov", i), _c("ob", i)) if c in df.columns]
-        ordered = pl.concat([df[rows[call.arg]], *(df[c] for c in olds)]).drop_nulls().unique().sort()
+        if call.func in ("MIN", "MAX") and df[rows[call.arg]].dtype == pl.String:
+            by_column.setdefault(call.arg, []).append(i)
+    for column, calls in by_column.items():
+        olds = [c for i in calls for c in (_c("ov", i), _c("ob", i)) if c in df.columns]
+        ordered = pl.concat([df[rows[column]], *(df[c] for c in olds)]).drop_nulls().unique().sort()
         ranks = pl.Series(range(len(ordered)), dtype=pl.Int64)
+        rank = pl.col(rows[column]).replace_strict(ordered, ranks, default=None)
         df = df.with_columns(
-            pl.col(rows[call.arg]).replace_strict(ordered, ranks, default=None).alias(_c("rank", i)),
+            *(rank.alias(_c("rank", i)) for i in calls),
             *(pl.col(c).replace_strict(ordered, ranks, default=None).alias(c) for c in olds),
         )
     return df
