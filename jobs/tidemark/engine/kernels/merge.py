@@ -254,16 +254,21 @@ class MergeKernel:
                 metrics["merge_deletes_ignored"] = batch.height - kept.height
             batch = kept
         full = self.stage.full
-        if not batch.height:  # every key keeps its row; an ``input`` producer has nothing to pass on
-            return (None if full else (TableBucket(stored, self.stage.states_of_table), table.slice(0, 0), metrics))
+        if not batch.height:
+            if full:  # only barriers: the per-key path
+                return None
+            # every key keeps its row; an ``input`` producer has nothing to pass on
+            return TableBucket(stored, self.stage.states_of_table), table.slice(0, 0), metrics
         items = self._items(stored)
         touched = items.join(batch.select(self.key).unique(), on=self.key, how="semi", nulls_equal=True)
         # ``full-compaction``: a key deleted since its last barrier is stored without an item
         # (no row, no tombstone: not part of the fold, only its position counts); and the keys
         # whose barrier is now, records or not
         old, ghosts = touched.filter(pl.col(_HAS_ITEM)), touched.filter(~pl.col(_HAS_ITEM))
-        due = items.filter(_barrier_due(pl.col(_DIRTY), ctx.now_ms, self.stage.cfg.compaction_interval_ms)) if full else items.clear()
-        ranks = self._ranks(batch.select(pos), pl.concat([old.get_column("pos"), ghosts.get_column("pos"), due.get_column("pos")]))
+        interval = self.stage.cfg.compaction_interval_ms
+        due = items.filter(_barrier_due(pl.col(_DIRTY), ctx.now_ms, interval)) if full else items.clear()
+        stored_pos = pl.concat([old.get_column("pos"), ghosts.get_column("pos"), due.get_column("pos")])
+        ranks = self._ranks(batch.select(pos), stored_pos)
         if ranks is None:
             return None
         batch_ranks, stored_ranks, positions = ranks
@@ -286,8 +291,9 @@ class MergeKernel:
             return None
         first = batch.group_by(self.key).agg(pl.col(_I).min().alias(_FIRST))
         keys = keys.join(first, on=self.key, nulls_equal=True).sort(_FIRST)
-        if ghosts.height:
-            keys = keys.join(ghosts.select(*self.key, pl.col(_S).alias("$gs"), _GPR), on=self.key, how="left", nulls_equal=True).with_columns(
+        if ghosts.height:  # their stored entry is replaced, and their position counts
+            ghosts = ghosts.select(*self.key, pl.col(_S).alias("$gs"), _GPR)
+            keys = keys.join(ghosts, on=self.key, how="left", nulls_equal=True).with_columns(
                 pl.coalesce(_S, "$gs").alias(_S), pl.max_horizontal(_NPR, pl.col(_GPR).fill_null(-1)).alias(_NPR),
             ).drop("$gs", _GPR)
         if full:
@@ -310,8 +316,12 @@ class MergeKernel:
         has_item = is_row | pl.from_arrow(stored.column("tombstone").is_valid())
         if not has_item.all():  # a key without an item has its key columns in ``key`` only
             keys = pa.Table.from_struct_array(stored.column("key").combine_chunks())
-            item = item.with_columns(pl.from_arrow(keys.column(j)).cast(item.schema[c]).alias(c) for j, c in enumerate(self.key))
-        item = item.with_columns(is_row.alias(_HAS_OLD), pl.from_arrow(stored.column("pos")).alias("pos"), has_item.alias(_HAS_ITEM))
+            item = item.with_columns(
+                pl.from_arrow(keys.column(j)).cast(item.schema[c]).alias(c) for j, c in enumerate(self.key)
+            )
+        item = item.with_columns(
+            is_row.alias(_HAS_OLD), pl.from_arrow(stored.column("pos")).alias("pos"), has_item.alias(_HAS_ITEM)
+        )
         if self.stage.full:
             item = item.with_columns(pl.from_arrow(stored.column("dirty_since_ms")).cast(pl.Int64).alias(_DIRTY))
         return item.with_row_index(_S)
@@ -540,15 +550,18 @@ class MergeKernel:
             woken.with_columns(pl.col(_NPR).cast(pl.Int64)),
         ], how="vertical_relaxed")
         emitted = stored.column("emitted").combine_chunks()
-        before = pl.from_arrow(pa.Table.from_struct_array(emitted).rename_columns([_OLD + c for c in self.rows])).with_columns(
+        before = pl.from_arrow(pa.Table.from_struct_array(emitted).rename_columns([_OLD + c for c in self.rows]))
+        before = before.with_columns(
             pl.from_arrow(emitted.is_valid()).alias(_HAS_OLD),
             pl.from_arrow(stored.column("dirty_since_ms")).cast(pl.Int64).alias(_DIRTY),
         ).with_row_index(_S)
-        called = called.join(before, on=_S, how="left").with_columns(
+        called = called.join(before, on=_S, how="left", maintain_order="left").with_columns(
             pl.col(_HAS_OLD).fill_null(False),
-            pl.when(pl.col(_APPLIED) & pl.col(_DIRTY).is_null()).then(pl.lit(now_ms, pl.Int64)).otherwise(pl.col(_DIRTY)).alias(_DIRTY),
+            pl.when(pl.col(_APPLIED) & pl.col(_DIRTY).is_null()).then(pl.lit(now_ms, pl.Int64))
+            .otherwise(pl.col(_DIRTY)).alias(_DIRTY),
         )
-        called = called.with_columns(_barrier_due(pl.col(_DIRTY), now_ms, self.stage.cfg.compaction_interval_ms).alias(_DUE))
+        interval = self.stage.cfg.compaction_interval_ms
+        called = called.with_columns(_barrier_due(pl.col(_DIRTY), now_ms, interval).alias(_DUE))
         at_barrier = pl.col(_DUE)
         return called.with_columns(
             *(pl.when(at_barrier).then(pl.when(_HAS_NEW).then(pl.col(_NEW + c))).otherwise(pl.col(_OLD + c)).alias(_EM + c)
@@ -615,13 +628,17 @@ class MergeKernel:
             "key": pa.StructArray.from_arrays([new_rows.column(f.name).combine_chunks() for f in key_fields], fields=key_fields),
             "row": pa.StructArray.from_arrays(items, fields=list(self.schema), mask=pc.invert(is_row)),
             "pos": positions_as_lists(at).to_arrow().cast(POSITION) if new.height else pa.array([], POSITION),
-            "tombstone": pa.StructArray.from_arrays(items, fields=list(self.schema), mask=pc.invert(new.get_column(_HAS_TOMB).to_arrow())),
+            "tombstone": pa.StructArray.from_arrays(
+                items, fields=list(self.schema), mask=pc.invert(new.get_column(_HAS_TOMB).to_arrow())
+            ),
         })
         if self.stage.full:
-            emitted = new.select(*(pl.col(_EM + c).alias(n) for c, n in zip(self.rows, self.schema.names))).to_arrow().cast(self.schema)
-            fresh = fresh.append_column("emitted", pa.StructArray.from_arrays(
-                [c.combine_chunks() for c in emitted.columns], fields=list(self.schema), mask=pc.invert(new.get_column(_HAS_EM).to_arrow()),
-            )).append_column("dirty_since_ms", new.get_column(_DIRTY).cast(pl.Int64).to_arrow())
+            emitted = new.select(*(pl.col(_EM + c).alias(n) for c, n in zip(self.rows, self.schema.names)))
+            emitted = emitted.to_arrow().cast(self.schema)
+            mask = pc.invert(new.get_column(_HAS_EM).to_arrow())
+            fresh = fresh.append_column(
+                "emitted", pa.StructArray.from_arrays([c.combine_chunks() for c in emitted.columns], fields=list(self.schema), mask=mask)
+            ).append_column("dirty_since_ms", new.get_column(_DIRTY).cast(pl.Int64).to_arrow())
         table = pa.concat_tables([kept_table, fresh.cast(stored.schema)]) if kept_table.num_rows else fresh.cast(stored.schema)
         return TableBucket(table, self.stage.states_of_table)
 
