@@ -301,6 +301,18 @@ def shape_agg_by_sub_key(rng: random.Random, strategy: str) -> tuple[list[TableS
     return tables, sink, query, "possible"
 
 
+def shape_extremes(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """MIN and MAX per group over a changelog (updates and deletes retract values from each
+    group's multiset, its extremes included; NULLs are skipped), with the row count."""
+    tables = [TableSpec("events", [Column("id", "BIGINT"), Column("category", "STRING", _pick(["c1", "c2"])),
+                                   Column("v", "BIGINT", _pick([-3, 0, 2, 5, None]))],
+                        "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(12))]
+    sink = ("CREATE TABLE per_category (category STRING, lo BIGINT, hi BIGINT, n BIGINT, "
+            "PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'pc', 'format' = 'upsert-json');")
+    query = "INSERT INTO per_category SELECT category, MIN(v), MAX(v), COUNT(*) FROM events GROUP BY category"
+    return tables, sink, query, "none"
+
+
 def shape_projection(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
     """A projection that drops the source PK: rows then match by full value at the sink."""
     unique = strategy == "ERROR" and rng.random() < 0.7
@@ -493,6 +505,7 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
     "join_attr": shape_join_attr,
     "inventory": shape_inventory,
     "agg_by_sub_key": shape_agg_by_sub_key,
+    "extremes": shape_extremes,
     "projection": shape_projection,
     "projection_keep_id": shape_projection_keep_id,
     "comma_join_between": shape_comma_join_between,
@@ -543,6 +556,17 @@ def _agg_by_sub_key(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
         g[0] += 1
         g[1] += e["v"]
     return [((c, r), (c, r, n, total)) for (c, r), (n, total) in groups.items()]
+
+
+def _extremes(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
+    groups: dict[str, list] = {}
+    for e in t["events"]:
+        groups.setdefault(e["category"], []).append(e["v"])
+    out = []
+    for c, vs in groups.items():
+        valued = [v for v in vs if v is not None]
+        out.append((c, (c, min(valued, default=None), max(valued, default=None), len(vs))))
+    return out
 
 
 def _filter_distinct_agg(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
@@ -621,6 +645,7 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
     "inventory": _inventory,
     "seed_inventory": _inventory,
     "agg_by_sub_key": _agg_by_sub_key,
+    "extremes": _extremes,
     "projection": lambda t: [(r["id"], (r["name"], r["v"])) for r in t["s"]],
     "projection_keep_id": lambda t: [(r["id"], (r["name"], r["id"], r["v"])) for r in t["s"]],
     "comma_join_between": lambda t: [(_s1_s2_ids(a, b), (a["id"], a["level"], b["attr"]))
@@ -651,7 +676,8 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
 LINEAGE_IDENTITY: dict[str, str] = {
     "join_id": "(s1.id, s2.id)", "seed_s1_s2": "(s1.id, s2.id)", "left_join_id": "(s1.id, s2.id)",
     "join_attr": "(s1.id, s2.id)", "inventory": "products.id", "seed_inventory": "products.id",
-    "agg_by_sub_key": "group (category, region)", "projection": "s.id", "projection_keep_id": "s.id",
+    "agg_by_sub_key": "group (category, region)", "extremes": "group (category)",
+    "projection": "s.id", "projection_keep_id": "s.id",
     "comma_join_between": "(s1.id, s2.id)", "filter_distinct_agg": "group (category)",
     "cte_distinct": "group (category, region)", "functions": "s.id",
     "topn_rank": "(category, rank)", "dedup_first": "category", "topn_by_id": "events.id",
