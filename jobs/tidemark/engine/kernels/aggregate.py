@@ -208,6 +208,7 @@ class AggregateKernel:
         old = {_G: gids, "$orows": [s.rows if s is not None else 0 for s in olds]}
         old_out = [stage._output((), s) if s is not None else None for s in olds]
         dtypes: dict[str, pl.DataType] = {}
+        untouched: dict[int, tuple[list[Any], list[Any]]] = {}  # per MIN/MAX column: both extremes
         for i, call in enumerate(stage.aggs):
             arg_type = df[rows[call.arg]].dtype if call.arg is not None else pl.Int64
             if call.func in ("SUM", "AVG"):
@@ -222,7 +223,9 @@ class AggregateKernel:
             if call.func in ("MIN", "MAX", "SUM"):
                 dtypes[_c("ov", i)] = arg_type
             if call.func in ("MIN", "MAX"):
-                old[_c("ob", i)] = _untouched_extremes(df, rows[call.arg], i, call.func == "MAX", gids, olds)
+                if call.arg not in untouched:
+                    untouched[call.arg] = _untouched_extremes(df, rows[call.arg], i, gids, olds)
+                old[_c("ob", i)] = untouched[call.arg][call.func == "MAX"]
                 dtypes[_c("ob", i)] = arg_type
             elif call.func == "AVG":
                 dtypes[_c("ov", i)] = pl.Int64 if arg_type.is_integer() else pl.Float64
@@ -554,26 +557,25 @@ def _ranked_extremes(df: pl.DataFrame, rows: list[str], aggs: Sequence[Any]) -> 
 
 
 def _untouched_extremes(
-    df: pl.DataFrame, arg: str, i: int, is_max: bool, gids: Sequence[int], olds: Sequence[GroupState | None]
-) -> list[Any]:
-    """Per group: the extreme of the call's old multiset among the values the batch does not
-    touch, for the groups where the call gets a retraction (``_retracted_extremes``); None
-    for the others and where no such value is left."""
+    df: pl.DataFrame, arg: str, i: int, gids: Sequence[int], olds: Sequence[GroupState | None]
+) -> tuple[list[Any], list[Any]]:
+    """Per group: the smallest and the largest value of call ``i``'s old multiset among the
+    values the batch does not touch, for the groups where the column gets a retraction
+    (``_retracted_extremes``); None for the others and where no such value is left."""
+    none = [None] * len(gids)
     retracting = df.filter(pl.col(arg).is_not_null() & (pl.col(WEIGHT) < 0)).select(_G).unique()
     if retracting.is_empty():
-        return [None] * len(gids)
+        return none, none
     touched = dict(df.join(retracting, on=_G, how="semi").filter(pl.col(arg).is_not_null())
                    .group_by(_G).agg(pl.col(arg).unique()).iter_rows())
-    pick = max if is_max else min
-    out = []
+    lows, highs = [], []
     for g, st in zip(gids, olds):
         seen = touched.get(g)
-        if seen is None or st is None:
-            out.append(None)
-            continue
-        skip = set(seen)
-        out.append(pick((v for v in st.accs[i].values if v not in skip), default=None))
-    return out
+        skip = set(seen) if seen is not None and st is not None else None
+        left = [v for v in st.accs[i].values if v not in skip] if skip is not None else []
+        lows.append(min(left, default=None))
+        highs.append(max(left, default=None))
+    return lows, highs
 
 
 def _decimal_avg(call: Any, dtype: pl.DataType | None) -> bool:
