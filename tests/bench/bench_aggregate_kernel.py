@@ -12,7 +12,11 @@ instead: four rows per product stored, the batch updates random stored rows (``-
 of a new price at one position), a tenth of its records deletes or inserts, so most groups
 retract values of their multisets, extremes included.
 
-Run:  .venv/bin/python tests/bench/bench_aggregate_kernel.py [--changes 60000] [--repeats 5] [--shape cdc]
+``--shape last-value``: ``LAST_VALUE(price), COUNT(*) GROUP BY product_id`` over the same
+changelog: an update retracts a row's price, and where that was the latest one the result
+rolls back to the price before it.
+
+Run:  .venv/bin/python tests/bench/bench_aggregate_kernel.py [--changes 60000] [--repeats 5] [--shape cdc|last-value]
 """
 
 from __future__ import annotations
@@ -71,13 +75,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag, default in (("--changes", 60_000), ("--repeats", 5), ("--seed", 7)):
         ap.add_argument(flag, type=int, default=default)
-    ap.add_argument("--shape", choices=("w1", "cdc"), default="w1")
+    ap.add_argument("--shape", choices=("w1", "cdc", "last-value"), default="w1")
     args = ap.parse_args()
-    if args.shape == "cdc":
+    if args.shape in ("cdc", "last-value"):
         warm, changes = cdc_workload(args.changes, args.seed)
         types = [make_type("BIGINT")] * 3
-        stage = GroupAggregate((0,), [AggCall("MIN", 2), AggCall("MAX", 2), AggCall("COUNT_STAR")], input_types=types)
-        title = "MIN/MAX/COUNT(*) over a changelog"
+        if args.shape == "cdc":
+            aggs = [AggCall("MIN", 2), AggCall("MAX", 2), AggCall("COUNT_STAR")]
+        else:
+            aggs = [AggCall("LAST_VALUE", 2), AggCall("COUNT_STAR")]
+        title = f"{'/'.join(a.func for a in aggs)} over a changelog"
+        stage = GroupAggregate((0,), aggs, input_types=types)
     else:
         warm, changes = workload(args.changes, args.seed)
         stage = GroupAggregate((0,), [AggCall("SUM", 1)], input_types=[make_type("BIGINT"), make_type("BIGINT")])

@@ -3,13 +3,15 @@ update per touched group from its net deltas.
 
 What is columnar (polars over the batch's Arrow table in the canonical order): grouping by
 the group-by columns, each group's net deltas (row count, SUM/AVG totals and non-null
-counts, COUNT counts, the values MIN/MAX add or retract, each DISTINCT value's multiplicity), and the
-refresh replay
-(``GroupAggregate._changing_steps``) as prefix sums: the output after each record of a group
-is a function of running totals from the group's old state, so "the first and the last
-record that changed the output" is a window computation, not a loop over records. A MIN or
-MAX after each record is a running extreme over adds, and with retractions the extreme of a
-multiset of running counts (``_retracted_extremes``).
+counts, COUNT counts, the values MIN/MAX add or retract, each DISTINCT value's
+multiplicity), and the refresh replay (``GroupAggregate._changing_steps``) as prefix sums:
+the output after each record of a group is a function of running totals from the group's
+old state, so "the first and the last record that changed the output" is a window
+computation, not a loop over records. A MIN or MAX after each record is a running extreme
+over adds, and with retractions the extreme of a multiset of running counts
+(``_retracted_extremes``); a LAST_VALUE is a running greatest (position, ``repr``) rank,
+and with retractions the greatest among the values whose running count is positive
+(``_last_values``).
 
 What stays per group, in Python: adding the deltas to the group's ``GroupState`` (the
 stage's own accumulators, so the output values are the per-key path's by construction) and
@@ -17,8 +19,6 @@ choosing the changes to emit with the stage's rules.
 
 Which groups take the stage's own ``process_key`` instead (their records in hand):
 
-- every group, when a call is ``LAST_VALUE``: which value is the latest after each record
-  depends on the positions of every active instance of every value;
 - a group that empties inside the batch before its last record (the group is cleared and
   re-created mid-batch: Flink's refresh of a re-created group needs that record order);
 - a group where a MIN or MAX call gets a retraction and its multiset could not be computed
@@ -26,6 +26,9 @@ Which groups take the stage's own ``process_key`` instead (their records in hand
   values left in it, or more than ``_PAIRS_PER_GROUP`` (changes x values it touches)
   (``_retracted_extremes``: the value after each record is the extreme of the old values the
   batch does not touch and of the touched values whose running count is positive);
+- the same for a LAST_VALUE call with a retraction (``_last_values``), and every group of a
+  batch whose LAST_VALUE column holds values polars and Python tell apart differently (NaN,
+  ``0.0`` beside ``-0.0``, one DECIMAL at two scales: ties are broken by ``repr``);
 - a group where a count could drop below zero in some order (a retraction of a row that was
   never added): the per-key path clamps it record by record;
 - a group whose AVG is over DECIMAL and that has several records (Python's ``Decimal``
@@ -53,8 +56,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from tidemark.engine.batch import WEIGHT, ChangeBatch
-from tidemark.engine.batch_columns import row_indexes, sorted_table
+from tidemark.engine.batch import POS_PREFIX, WEIGHT, ChangeBatch
+from tidemark.engine.batch_columns import position_ranks, row_indexes, sorted_table
 from tidemark.engine.changelog import UPDATE_AFTER, UPDATE_BEFORE, Change, diff_to_changes
 from tidemark.engine.driver import Bucket
 from tidemark.engine.kernels import aggregate_state
@@ -92,7 +95,6 @@ class AggregateKernel:
         self.stage = stage
         self.name = stage.name
         self.n_inputs = stage.n_inputs
-        self._columnar = not any(c.func == "LAST_VALUE" for c in stage.aggs)
         #: the stored table's own path, for a stage that keeps only accumulators
         self._table = AccumulatorTable(self) if on_table and eligible(stage) else None
 
@@ -125,8 +127,6 @@ class AggregateKernel:
             if done is not None:
                 return done
         changes = inputs[0].changes()
-        if not self._columnar:
-            return state, ChangeBatch(changes=self._per_group(_groups_of(self.stage, changes), changes, state, ctx))
         try:
             table = ChangeBatch.from_changes(changes, self.stage.input_schema).table()
             table = table.append_column(_I, row_indexes(len(changes)))
@@ -185,6 +185,7 @@ class AggregateKernel:
             *self._delta_exprs(rows),
         ).sort(_G)
         values = self._added_values(steps, rows)
+        members = self._last_value_members(steps)
         slow = dict(
             steps.filter(~pl.col(_SIMPLE)).group_by(_G, maintain_order=True).agg(pl.col(_I)).iter_rows()
         )
@@ -193,7 +194,8 @@ class AggregateKernel:
             if g[_G] in slow:
                 emitted.extend(self._per_group({key: sorted(slow[g[_G]])}, changes, state, ctx))
             else:
-                emitted.extend(self._apply(key, old_state, g, values.get(g[_G], ()), n_changes, changes, states))
+                emitted.extend(self._apply(key, old_state, g, values.get(g[_G], ()), members.get(g[_G], ()), n_changes,
+                                           changes, states))
         return emitted
 
     # ------------------------------------------------------------------ the replay as prefix sums
@@ -220,7 +222,7 @@ class AggregateKernel:
             if _decimal_avg(call, arg_type):  # not compared: such groups of several changes go per group
                 continue
             old[_c("ov", i)] = [o[i] if o is not None else None for o in old_out]
-            if call.func in ("MIN", "MAX", "SUM"):
+            if call.func in ("MIN", "MAX", "SUM", "LAST_VALUE"):
                 dtypes[_c("ov", i)] = arg_type
             if call.func in ("MIN", "MAX"):
                 if call.arg not in untouched:
@@ -253,6 +255,7 @@ class AggregateKernel:
         retractions = self._net_retractions(net, rows)
         df = self._distinct_steps(df.join(retractions, on=_G, how="left", maintain_order="left"), net, rows, gids, olds)
         df = self._retracted_extremes(df, net, rows, gids, olds)
+        df = self._last_values(df, rows, gids, olds)
         # no record finds the group empty and retracts (the per-key path skips it)
         simple = pl.col(_ROWS) >= 0
         values = []
@@ -280,6 +283,8 @@ class AggregateKernel:
         w = pl.col(WEIGHT)
         if call.func == "COUNT_STAR" or call.counts_rows:
             return pl.col(_ROWS), pl.lit(True)
+        if call.func == "LAST_VALUE":
+            return pl.col(_c("lv", i)), pl.col(_c("lok", i))
         arg = pl.col(rows[call.arg])
         if call.func in ("MIN", "MAX"):
             if _c("rank", i) in df.columns:  # compared by rank (``_ranked_extremes``)
@@ -401,6 +406,135 @@ class AggregateKernel:
             ).drop("$ok")
         return df
 
+    def _last_values(
+        self, df: pl.DataFrame, rows: list[str], gids: Sequence[int], olds: Sequence[GroupState | None]
+    ) -> pl.DataFrame:
+        """For each LAST_VALUE call: its value after each change (``$lv``) and whether the
+        columnar path computes what the per-key replay does (``$lok``).
+
+        Derivation: ``LastValueAcc`` holds each active value's positions, a retraction takes
+        a value's earliest, and the result is the value whose latest position is greatest
+        (ties by ``repr``). Removing the earliest leaves the latest until none is left, so a
+        value's latest position after change ``k`` is the greatest of its adds since its
+        count last reached 0 (the old latest too, if it never did), and the value takes part
+        while its count (old count plus a running sum of its changes) is positive. Each
+        candidate is ranked by one integer, ``position rank * R + repr rank``:
+
+        - a group without a retraction of a value: the result is the running greatest of
+          the old result's rank and the batch's adds' ranks (canonical order puts a later
+          position later, but an old position may be greater than the batch's);
+        - a group with one: the candidates are the values the group's batch touches and
+          the best old value it does not touch (its rank fixed); at each change, the
+          greatest rank among the candidates with a positive count
+          (``_last_value_pairs``). A group above ``_PAIRS_PER_GROUP`` (changes x
+          candidates) goes per group.
+
+        The per-key replay takes a retraction of a value with no active instance as a
+        no-op, and a group that empties starts again from nothing: where a count could go
+        below 0, or a group empties with a value left, ``$lok`` is false. So is it for every
+        group where the column's values do not map one to one onto their ``repr``
+        (``_LastValueRanks.of``)."""
+        stage = self.stage
+        calls = [i for i, call in enumerate(stage.aggs) if call.func == "LAST_VALUE"]
+        if not calls:
+            return df
+        w = pl.col(WEIGHT)
+        pos = [c for c in df.columns if c.startswith(POS_PREFIX)]
+        for i in calls:
+            arg = rows[stage.aggs[i].arg]
+            valued = pl.col(arg).is_not_null()
+            retracting = (valued & (w < 0)).any().over(_G)
+            touched = dict(df.filter(retracting & valued).group_by(_G).agg(pl.col(arg).unique()).iter_rows())
+            # per group, Python values of its old state: candidates (group, value, old count, old latest)
+            cands: list[tuple[int, Any, int, tuple | None]] = []
+            for g, st in zip(gids, olds):
+                acc = st.accs[i] if st is not None else None
+                seen = touched.get(g)
+                if seen is None:  # no retraction: the old result stands for every old value
+                    if acc is not None and acc.cur is not None:
+                        cands.append((g, acc.cur[2], 1, acc.cur[0]))
+                    continue
+                old = acc.positions if acc is not None else {}
+                for v in seen:
+                    ps = old.get(v)
+                    cands.append((g, v, len(ps) if ps else 0, ps[-1] if ps else None))
+                skip = set(seen)
+                best = max(((ps[-1], repr(v), v) for v, ps in old.items() if v not in skip), default=None)
+                if best is not None:
+                    cands.append((g, best[2], 1, best[0]))
+            ranked = _LastValueRanks.of(df, arg, pos, cands)
+            if ranked is None:  # values polars cannot tell apart as Python does: every group per group
+                df = df.with_columns(pl.lit(None, df[arg].dtype).alias(_c("lv", i)),
+                                     pl.lit(False).alias(_c("lok", i)))
+                continue
+            n = len(ranked.values)
+            df = df.with_columns(ranked.batch.alias("$prank"), ranked.value_rank(pl.col(arg)).alias("$vrank"))
+            cand = pl.DataFrame({
+                _G: pl.Series([c[0] for c in cands], dtype=pl.Int64),
+                "$v": pl.Series(ranked.candidates, dtype=pl.Int64),
+                "$c0": pl.Series([c[2] for c in cands], dtype=pl.Int64),
+                "$p0": pl.Series(ranked.old, dtype=pl.Int64),
+            })
+            key = pl.when(valued & (w > 0)).then(pl.col("$prank") * n + pl.col("$vrank"))
+            # groups without a retraction: the running greatest rank from the old result's
+            retracted = pl.col(_G).is_in(pl.Series(list(touched), dtype=pl.Int64).implode())
+            base = cand.filter(~retracted).select(_G, (pl.col("$p0") * n + pl.col("$v")).alias("$k0"))
+            df = df.join(base, on=_G, how="left", maintain_order="left")
+            df = df.with_columns(pl.max_horizontal("$k0", key.cum_max().forward_fill().over(_G)).alias("$lk"))
+            ok = pl.lit(True)
+            if touched:
+                df = self._last_value_pairs(df, cand.filter(retracted), key, n)
+                ok = pl.col("$lok").fill_null(True)
+            value = ranked.value_of((pl.col("$lk") % n))
+            lok = (ok & ((pl.col(_ROWS) > 0) | pl.col("$lk").is_null())).all().over(_G)
+            df = df.with_columns(value.alias(_c("lv", i)), lok.alias(_c("lok", i))).drop(
+                "$prank", "$vrank", "$k0", "$lk", "$lok", strict=False)
+        return df
+
+    def _last_value_pairs(self, df: pl.DataFrame, cand: pl.DataFrame, key: pl.Expr, n: int) -> pl.DataFrame:
+        """``_last_values`` in the groups with a retraction: ``$lk`` (the greatest rank of a
+        value with a positive count) after each change; ``$lok`` false where a count goes
+        below 0 or the group is too large. Each value's rank (-1 while its count is 0)
+        moves only at its own changes: computed there, then carried to every change of the
+        group by pairing the two and filling forward."""
+        w = pl.col(WEIGHT)
+        part = df.filter(pl.col(_G).is_in(cand[_G].unique().implode()))
+        sizes = part.group_by(_G).agg(pl.len().alias("$n")).join(
+            cand.group_by(_G).agg(pl.len().alias("$m")), on=_G)
+        small = sizes.filter(pl.col("$n") * pl.col("$m") <= _PAIRS_PER_GROUP).select(_G)
+        cand = cand.join(small, on=_G, how="semi").sort(_G, maintain_order=True).with_row_index("$gv")
+        # each value's changes, in order: its count and, where positive, its rank after each
+        own = part.join(small, on=_G, how="semi").select(_G, _STEP, pl.col("$vrank").alias("$v"), WEIGHT,
+                                                         key.alias("$add")).drop_nulls("$v")
+        own = own.join(cand, on=[_G, "$v"], how="left", maintain_order="left")
+        by_value = ("$gv",)
+        cnt = pl.col("$c0") + w.cum_sum().over(by_value)
+        own = own.with_columns(cnt.alias("$cnt"))
+        # a segment starts after each change that leaves the count at 0: its adds are all that is left
+        seg = (pl.col("$cnt") == 0).cast(pl.Int64).cum_sum().over(by_value)
+        own = own.with_columns(seg.alias("$seg"))
+        added = pl.col("$add").cum_max().forward_fill().over("$gv", "$seg")
+        old = pl.when(pl.col("$seg") == 0).then(pl.col("$p0") * n + pl.col("$v"))
+        own = own.with_columns(pl.when(pl.col("$cnt") > 0).then(pl.max_horizontal(old, added)).otherwise(-1)
+                               .alias("$k"))
+        below = own.filter(pl.col("$cnt") < 0).select(_G).unique()
+        # every (value, change) pair of a group: the value's rank as of its last change so far
+        steps = part.join(small, on=_G, how="semi").select(_G, _STEP)
+        initial = pl.when(pl.col("$c0") > 0).then(pl.col("$p0") * n + pl.col("$v")).otherwise(-1)
+        pairs = cand.select(_G, "$gv", initial.alias("$k0")).join(steps, on=_G, maintain_order="left_right")
+        pairs = pairs.join(own.select("$gv", _STEP, "$k"), on=["$gv", _STEP], how="left", maintain_order="left")
+        first = (pl.col("$gv") != pl.col("$gv").shift(1)).fill_null(True)
+        rank = pl.when(pl.col("$k").is_not_null()).then(pl.col("$k")).when(first).then(pl.col("$k0"))
+        best = pairs.select(_G, _STEP, rank.forward_fill().alias("$k")).group_by(_G, _STEP).agg(
+            pl.col("$k").max().alias("$kx"))
+        good = small.join(below, on=_G, how="anti").with_columns(pl.lit(True).alias("$lok"))
+        ok = cand.select(_G).unique().join(good, on=_G, how="left").select(_G, pl.col("$lok").fill_null(False))
+        df = df.join(best, on=[_G, _STEP], how="left", maintain_order="left").join(
+            ok, on=_G, how="left", maintain_order="left")
+        found = pl.when(pl.col("$kx") >= 0).then(pl.col("$kx"))
+        return df.with_columns(pl.when(pl.col("$lok").is_not_null()).then(found).otherwise(pl.col("$lk"))
+                               .alias("$lk")).drop("$kx")
+
     def _net_retractions(self, net: pl.DataFrame, rows: list[str]) -> pl.DataFrame:
         """Per group: for each SUM/AVG/COUNT call, the sum of the negative net weights of the
         distinct rows with a value (what the per-key path's feed could retract first)."""
@@ -445,7 +579,7 @@ class AggregateKernel:
         out = []
         w = pl.col(WEIGHT)
         for i, call in enumerate(self.stage.aggs):
-            if call.counts_rows or call.func in ("MIN", "MAX") or uses_distinct(call):
+            if call.counts_rows or call.func in ("MIN", "MAX", "LAST_VALUE") or uses_distinct(call):
                 continue
             arg = pl.col(rows[call.arg])
             out.append(pl.when(arg.is_not_null()).then(w).otherwise(0).sum().alias(_c("dn", i)))
@@ -472,6 +606,13 @@ class AggregateKernel:
                 out.setdefault(g, []).append((i, at, n))
         return out
 
+    def _last_value_members(self, steps: pl.DataFrame) -> dict[int, list[int]]:
+        """Per group id on the columnar path: its change indexes, which a LAST_VALUE call's
+        ``LastValueAcc`` takes as the per-key path gives them (their positions)."""
+        if not any(call.func == "LAST_VALUE" for call in self.stage.aggs):
+            return {}
+        return dict(steps.filter(pl.col(_SIMPLE)).group_by(_G).agg(pl.col(_I)).iter_rows())
+
     # ------------------------------------------------------------------ one group's state and output
 
     def _apply(
@@ -480,6 +621,7 @@ class AggregateKernel:
         st: GroupState | None,
         g: dict[str, Any],
         added: Sequence[tuple[int, int, int]],
+        members: Sequence[int],
         n_changes: int,
         changes: list[Change],
         states: dict,
@@ -510,6 +652,8 @@ class AggregateKernel:
                         acc.total, acc.n = 0, 0
             elif call.func == "COUNT":
                 acc.update(None, g[_c("dn", i)])
+            elif call.func == "LAST_VALUE":
+                stage._apply_last_value(acc, call.arg, [changes[j] for j in members])
         for i, at, n in added:
             value = changes[at].row[stage.aggs[i].arg]
             seen = st.distinct[i]
@@ -554,6 +698,47 @@ def _ranked_extremes(df: pl.DataFrame, rows: list[str], aggs: Sequence[Any]) -> 
             *(pl.col(c).replace_strict(ordered, ranks, default=None).alias(c) for c in olds),
         )
     return df
+
+
+class _LastValueRanks:
+    """The ranks ``_last_values`` compares by: positions (the batch's and the candidates' old
+    ones, one dense ranking) and values (by ``repr``, as ``LastValueAcc`` breaks ties)."""
+
+    def __init__(self, batch: pl.Series, old: list[int | None], values: pl.Series, candidates: list[int]) -> None:
+        self.batch, self.old, self.values, self.candidates = batch, old, values, candidates
+
+    @classmethod
+    def of(cls, df: pl.DataFrame, arg: str, pos: list[str], cands: Sequence[tuple]) -> _LastValueRanks | None:
+        """None when the column's values do not map one to one onto their Python values'
+        ``repr`` (NaN, ``0.0`` beside ``-0.0``, one DECIMAL at two scales)."""
+        column = df[arg]
+        if column.dtype.is_float() and column.is_nan().any():
+            return None
+        by_repr = {repr(v): v for v in column.drop_nulls().unique().to_list()}
+        for c in cands:
+            by_repr.setdefault(repr(c[1]), c[1])
+        order = sorted(by_repr)
+        values = pl.Series(arg, [by_repr[r] for r in order], dtype=column.dtype, strict=False)
+        if values.is_duplicated().any() or values.null_count():
+            return None
+        rank_of = {r: k for k, r in enumerate(order)}
+        olds = [c[3] for c in cands if c[3] is not None]
+        width = max([len(pos), *(len(p) for p in olds)])
+        names = [f"{POS_PREFIX}{k}" for k in range(width)]
+        batch = df.select(*(pl.col(c).cast(pl.Int64) for c in pos),
+                          *(pl.lit(None, pl.Int64).alias(c) for c in names[len(pos):]))
+        old = pl.DataFrame([[p[k] if k < len(p) else None for p in olds] for k in range(width)],
+                           schema=dict.fromkeys(names, pl.Int64), orient="col")
+        ranks, _ = position_ranks(pl.concat([batch, old]))
+        old_ranks = iter(ranks[df.height:].to_list())
+        return cls(ranks[: df.height], [next(old_ranks) if c[3] is not None else None for c in cands], values,
+                   [rank_of[repr(c[1])] for c in cands])
+
+    def value_rank(self, column: pl.Expr) -> pl.Expr:
+        return column.replace_strict(self.values, pl.int_range(len(self.values), eager=True), default=None)
+
+    def value_of(self, rank: pl.Expr) -> pl.Expr:
+        return rank.replace_strict(pl.int_range(len(self.values), eager=True), self.values, default=None)
 
 
 def _untouched_extremes(
