@@ -5,8 +5,8 @@ Equivalence: over random valid multi-batch changelogs (adds, retractions of acti
 updates as ``-U``/``+U`` at one position, NULLs, DECIMAL and DOUBLE values, groups emptied
 and coming back, records shuffled inside a batch) the kernel and ``PerKeyAdapter`` emit the
 same changes in the same order, keep the same state and count the same metrics; with the
-kernel's state stored and read back through ``state_codec`` after every batch, as the Spark
-host does."""
+kernel's state stored and read back through ``state_codec`` after every batch and its batches
+given as Arrow tables, as the Spark host does."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def c(kind: str, *row, pos: int) -> Change:
 
 class Host:
     """One stage under one ``process_batch`` implementation, batch after batch; ``stored``:
-    the state goes through ``state_codec`` between batches (the Spark host's round trip)."""
+    the state goes through ``state_codec`` between batches and the batches come as Arrow
+    tables (the Spark host's round trip and input)."""
 
     def __init__(self, runner, stored: bool = False) -> None:
         self.runner = runner
@@ -78,7 +79,10 @@ class Host:
 
     def run(self, changes: list[Change]) -> list[tuple]:
         ctx = BatchContext(now_ms=0, metrics=self.metrics)
-        self.bucket, out = self.runner.process_batch([ChangeBatch(changes=list(changes))], self.bucket, ctx)
+        batch = ChangeBatch(changes=list(changes))
+        if self.stored and changes:
+            batch = ChangeBatch.from_table(ChangeBatch.from_changes(changes, self.runner.stage.input_schema).table())
+        self.bucket, out = self.runner.process_batch([batch], self.bucket, ctx)
         if self.stored:
             data = state_codec.encode_state(self.runner.stage, self.bucket)
             self.bucket = state_codec.decode_state(self.runner.stage, data)
@@ -138,7 +142,7 @@ def changelog(batches: list[list[tuple]], seed: int) -> list[list[Change]]:
 
 
 @pytest.mark.parametrize("name", sorted(STAGES))
-@pytest.mark.parametrize("stored", [False, True], ids=["in-memory", "stored"])
+@pytest.mark.parametrize("stored", [False, True], ids=["changes-in-memory", "arrow-stored"])
 @settings(max_examples=60, deadline=None)
 @given(batches=st.lists(ops, min_size=1, max_size=5), seed=st.integers(0, 1000))
 def test_kernel_equals_per_key_stage(name, stored, batches, seed):
