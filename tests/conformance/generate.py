@@ -313,6 +313,21 @@ def shape_extremes(rng: random.Random, strategy: str) -> tuple[list[TableSpec], 
     return tables, sink, query, "none"
 
 
+def shape_last_value(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
+    """LAST_VALUE per group over a changelog: an update or delete of the group's latest row
+    rolls the result back to the row before it, and a row moving between groups leaves one
+    and becomes the other's latest. ``v`` is kept unique among active rows: a retraction
+    takes a value's earliest instance (Flink's ``LastValueWithRetractAggFunction``), which
+    only then is the row it retracts, so the result is a function of the current rows."""
+    tables = [TableSpec("events", [Column("id", "BIGINT"), Column("category", "STRING", _pick(["c1", "c2"])),
+                                   Column("v", "BIGINT", _pick(list(range(1, 25))))],
+                        "id", rng.choice(["debezium-json", "upsert-json"]), _fresh_or_reuse(12), unique="v")]
+    sink = ("CREATE TABLE per_category (category STRING, latest BIGINT, n BIGINT, "
+            "PRIMARY KEY (category) NOT ENFORCED) WITH ('topic' = 'pc', 'format' = 'upsert-json');")
+    query = "INSERT INTO per_category SELECT category, LAST_VALUE(v), COUNT(*) FROM events GROUP BY category"
+    return tables, sink, query, "none"
+
+
 def shape_projection(rng: random.Random, strategy: str) -> tuple[list[TableSpec], str, str, str]:
     """A projection that drops the source PK: rows then match by full value at the sink."""
     unique = strategy == "ERROR" and rng.random() < 0.7
@@ -506,6 +521,7 @@ SHAPES: dict[str, Callable[[random.Random, str], tuple[list[TableSpec], str, str
     "inventory": shape_inventory,
     "agg_by_sub_key": shape_agg_by_sub_key,
     "extremes": shape_extremes,
+    "last_value": shape_last_value,
     "projection": shape_projection,
     "projection_keep_id": shape_projection_keep_id,
     "comma_join_between": shape_comma_join_between,
@@ -567,6 +583,15 @@ def _extremes(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
         valued = [v for v in vs if v is not None]
         out.append((c, (c, min(valued, default=None), max(valued, default=None), len(vs))))
     return out
+
+
+def _last_value(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
+    """Per category, the ``v`` of its row that arrived last, and its row count."""
+    groups: dict[str, list] = {}
+    for e in t["events"]:  # in arrival order
+        g = groups.setdefault(e["category"], [None, 0])
+        g[0], g[1] = e["v"], g[1] + 1
+    return [(c, (c, v, n)) for c, (v, n) in groups.items()]
 
 
 def _filter_distinct_agg(t: dict[str, list[dict]]) -> list[tuple[Any, tuple]]:
@@ -646,6 +671,7 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
     "seed_inventory": _inventory,
     "agg_by_sub_key": _agg_by_sub_key,
     "extremes": _extremes,
+    "last_value": _last_value,
     "projection": lambda t: [(r["id"], (r["name"], r["v"])) for r in t["s"]],
     "projection_keep_id": lambda t: [(r["id"], (r["name"], r["id"], r["v"])) for r in t["s"]],
     "comma_join_between": lambda t: [(_s1_s2_ids(a, b), (a["id"], a["level"], b["attr"]))
@@ -676,7 +702,7 @@ LINEAGE: dict[str, Callable[[dict[str, list[dict]]], list[tuple[Any, tuple]]]] =
 LINEAGE_IDENTITY: dict[str, str] = {
     "join_id": "(s1.id, s2.id)", "seed_s1_s2": "(s1.id, s2.id)", "left_join_id": "(s1.id, s2.id)",
     "join_attr": "(s1.id, s2.id)", "inventory": "products.id", "seed_inventory": "products.id",
-    "agg_by_sub_key": "group (category, region)", "extremes": "group (category)",
+    "agg_by_sub_key": "group (category, region)", "extremes": "group (category)", "last_value": "group (category)",
     "projection": "s.id", "projection_keep_id": "s.id",
     "comma_join_between": "(s1.id, s2.id)", "filter_distinct_agg": "group (category)",
     "cte_distinct": "group (category, region)", "functions": "s.id",
@@ -697,8 +723,9 @@ EVALUATORS: dict[str, Callable[[dict[str, list[dict]]], list[tuple]]] = {
 
 
 #: shape -> the source columns its query reads, where the evaluator depends on arrival order
-#: (the rank shapes rank ties by arrival)
-READS: dict[str, tuple[str, ...]] = {shape: ("id", "category", "v") for shape in ("topn_rank", "dedup_first", "topn_by_id")}
+#: (the rank shapes rank ties by arrival; LAST_VALUE takes the latest)
+READS: dict[str, tuple[str, ...]] = {shape: ("id", "category", "v")
+                                     for shape in ("topn_rank", "dedup_first", "topn_by_id", "last_value")}
 
 
 def _apply(tables: dict[str, dict], pks: dict[str, str], table: str, r: dict,
