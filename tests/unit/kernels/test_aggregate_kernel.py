@@ -292,6 +292,23 @@ def test_last_value_rolls_back_on_retractions_without_the_per_group_path(monkeyp
     ]
 
 
+def test_last_value_group_above_the_pair_limit_goes_per_group(monkeypatch):
+    from tidemark.engine.kernels import aggregate
+
+    monkeypatch.setattr(aggregate, "_PAIRS_PER_GROUP", 1)
+    s = GroupAggregate((G,), [AggCall("LAST_VALUE", INT)], name="lv", input_types=TYPES)
+    kernel = AggregateKernel(s)
+    per_group = []
+    run_per_group = kernel._per_group
+    monkeypatch.setattr(kernel, "_per_group", lambda groups, *a: per_group.append(list(groups)) or run_per_group(groups, *a))
+    host = Host(kernel, stored=True)
+    a, b = row(0, "a", 1), row(0, "b", 2)
+    assert host.run([c("+I", *a, pos=1), c("+I", *b, pos=2)]) == [("+I", (0, 2), (2,))]
+    # the latest row leaves and comes back: 1 in between, so a refresh pair
+    assert host.run([c("-D", *b, pos=3), c("+I", *b, pos=4)]) == [("-U", (0, 2), (3,)), ("+U", (0, 2), (4,))]
+    assert per_group == [[(0,)]]
+
+
 def test_retraction_without_state_is_counted_not_applied():
     h = Host(AggregateKernel(stage("totals")))
     assert h.run([c("-D", *row(1, i=2), pos=1)]) == []

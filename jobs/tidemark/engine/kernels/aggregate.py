@@ -498,7 +498,8 @@ class AggregateKernel:
         moves only at its own changes: computed there, then carried to every change of the
         group by pairing the two and filling forward."""
         w = pl.col(WEIGHT)
-        part = df.filter(pl.col(_G).is_in(cand[_G].unique().implode()))
+        groups = cand.select(_G).unique()
+        part = df.join(groups, on=_G, how="semi", maintain_order="left")
         sizes = part.group_by(_G).agg(pl.len().alias("$n")).join(
             cand.group_by(_G).agg(pl.len().alias("$m")), on=_G)
         small = sizes.filter(pl.col("$n") * pl.col("$m") <= _PAIRS_PER_GROUP).select(_G)
@@ -507,11 +508,10 @@ class AggregateKernel:
         own = part.join(small, on=_G, how="semi").select(_G, _STEP, pl.col("$vrank").alias("$v"), WEIGHT,
                                                          key.alias("$add")).drop_nulls("$v")
         own = own.join(cand, on=[_G, "$v"], how="left", maintain_order="left")
-        by_value = ("$gv",)
-        cnt = pl.col("$c0") + w.cum_sum().over(by_value)
+        cnt = pl.col("$c0") + w.cum_sum().over("$gv")
         own = own.with_columns(cnt.alias("$cnt"))
         # a segment starts after each change that leaves the count at 0: its adds are all that is left
-        seg = (pl.col("$cnt") == 0).cast(pl.Int64).cum_sum().over(by_value)
+        seg = (pl.col("$cnt") == 0).cast(pl.Int64).cum_sum().over("$gv")
         own = own.with_columns(seg.alias("$seg"))
         added = pl.col("$add").cum_max().forward_fill().over("$gv", "$seg")
         old = pl.when(pl.col("$seg") == 0).then(pl.col("$p0") * n + pl.col("$v"))
@@ -528,7 +528,7 @@ class AggregateKernel:
         best = pairs.select(_G, _STEP, rank.forward_fill().alias("$k")).group_by(_G, _STEP).agg(
             pl.col("$k").max().alias("$kx"))
         good = small.join(below, on=_G, how="anti").with_columns(pl.lit(True).alias("$lok"))
-        ok = cand.select(_G).unique().join(good, on=_G, how="left").select(_G, pl.col("$lok").fill_null(False))
+        ok = groups.join(good, on=_G, how="left").select(_G, pl.col("$lok").fill_null(False))
         df = df.join(best, on=[_G, _STEP], how="left", maintain_order="left").join(
             ok, on=_G, how="left", maintain_order="left")
         found = pl.when(pl.col("$kx") >= 0).then(pl.col("$kx"))
