@@ -485,7 +485,7 @@ class AggregateKernel:
             if touched:
                 df = self._last_value_pairs(df, cand.filter(retracted), key, n)
                 ok = pl.col("$lok").fill_null(True)
-            value = ranked.value_of((pl.col("$lk") % n))
+            value = ranked.value_of(pl.col("$lk") % n)
             lok = (ok & ((pl.col(_ROWS) > 0) | pl.col("$lk").is_null())).all().over(_G)
             df = df.with_columns(value.alias(_c("lv", i)), lok.alias(_c("lok", i))).drop(
                 "$prank", "$vrank", "$k0", "$lk", "$lok", strict=False)
