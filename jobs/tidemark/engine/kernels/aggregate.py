@@ -440,8 +440,15 @@ class AggregateKernel:
             return df
         w = pl.col(WEIGHT)
         pos = [c for c in df.columns if c.startswith(POS_PREFIX)]
+        done: dict[int, int] = {}  # column -> the call whose pass it had: calls over one column share it
         for i in calls:
-            arg = rows[stage.aggs[i].arg]
+            column = stage.aggs[i].arg
+            if column in done:
+                j = done[column]
+                df = df.with_columns(pl.col(_c("lv", j)).alias(_c("lv", i)), pl.col(_c("lok", j)).alias(_c("lok", i)))
+                continue
+            done[column] = i
+            arg = rows[column]
             valued = pl.col(arg).is_not_null()
             retracting = (valued & (w < 0)).any().over(_G)
             touched = dict(df.filter(retracting & valued).group_by(_G).agg(pl.col(arg).unique()).iter_rows())
@@ -504,9 +511,9 @@ class AggregateKernel:
             cand.group_by(_G).agg(pl.len().alias("$m")), on=_G)
         small = sizes.filter(pl.col("$n") * pl.col("$m") <= _PAIRS_PER_GROUP).select(_G)
         cand = cand.join(small, on=_G, how="semi").sort(_G, maintain_order=True).with_row_index("$gv")
+        part = part.join(small, on=_G, how="semi", maintain_order="left")
         # each value's changes, in order: its count and, where positive, its rank after each
-        own = part.join(small, on=_G, how="semi").select(_G, _STEP, pl.col("$vrank").alias("$v"), WEIGHT,
-                                                         key.alias("$add")).drop_nulls("$v")
+        own = part.select(_G, _STEP, pl.col("$vrank").alias("$v"), WEIGHT, key.alias("$add")).drop_nulls("$v")
         own = own.join(cand, on=[_G, "$v"], how="left", maintain_order="left")
         cnt = pl.col("$c0") + w.cum_sum().over("$gv")
         own = own.with_columns(cnt.alias("$cnt"))
@@ -519,7 +526,7 @@ class AggregateKernel:
                                .alias("$k"))
         below = own.filter(pl.col("$cnt") < 0).select(_G).unique()
         # every (value, change) pair of a group: the value's rank as of its last change so far
-        steps = part.join(small, on=_G, how="semi").select(_G, _STEP)
+        steps = part.select(_G, _STEP)
         initial = pl.when(pl.col("$c0") > 0).then(pl.col("$p0") * n + pl.col("$v")).otherwise(-1)
         pairs = cand.select(_G, "$gv", initial.alias("$k0")).join(steps, on=_G, maintain_order="left_right")
         pairs = pairs.join(own.select("$gv", _STEP, "$k"), on=["$gv", _STEP], how="left", maintain_order="left")
