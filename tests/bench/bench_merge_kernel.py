@@ -7,7 +7,7 @@ medians of ``--repeats`` runs each, for buckets of several sizes. The records ar
 stored key or a new one, a tenth of them deletes, into a table of five columns; the engines
 and producers are those the kernel computes (``sequence.field`` on a random column, so that
 records arrive out of sequence and deletes leave tombstones; ``aggregation`` with a function
-of each kind, the deletes retractions; ``listagg``; the ``full-compaction`` producer, whose
+of each kind, the deletes retractions; ``listagg``, plain and ``distinct``; the ``full-compaction`` producer, whose
 default interval makes every batch a barrier).
 
 Run:  .venv/bin/python tests/bench/bench_merge_kernel.py [--repeats 5]
@@ -40,6 +40,8 @@ CONFIGS = (
                      "fields.name.aggregate-function": "last_non_null_value", "fields.ts.aggregate-function": "count"}, True),
     ("aggregation", {"changelog-producer": "lookup", "ignore-delete": "true", "fields.name.aggregate-function": "listagg",
                      "fields.level.aggregate-function": "min"}, True),
+    ("aggregation", {"changelog-producer": "lookup", "ignore-delete": "true", "fields.name.aggregate-function": "listagg",
+                     "fields.name.distinct": "true", "fields.level.aggregate-function": "min"}, True),
     ("deduplicate", {"changelog-producer": "full-compaction"}, True),
 )
 

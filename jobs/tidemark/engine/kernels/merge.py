@@ -38,7 +38,13 @@ record of its own sequence and position, and folds. The stored item is the key's
   (``_aggregated_keys``), retractions folded by ``sum``, ``count``, ``last_value`` and
   ``last_non_null_value`` and dropped under ``ignore-retract``; a sequence field takes the
   last add's value; ``product`` multiplies the non-null values of the adds and ``listagg``
-  joins their non-blank ones. A retraction of another function (an error the per-key path
+  joins their non-blank ones. ``listagg`` with ``distinct`` keeps the first non-blank value
+  whole and appends, in merge order, each later token (a value split on the delimiter) that
+  is not blank and occurs nowhere earlier among the key's tokens: the per-key fold's "tokens
+  not yet present", since a token it skips is one it has seen and every token it appends it
+  has seen from then on (``_distinct_listagg``; a delimiter of one character, for which
+  splitting the joined string gives back the tokens joined; a longer one can make tokens across a
+  join and takes the per-key path). A retraction of another function (an error the per-key path
   reports; for ``product`` a division whose truncation depends on the order of the items),
   a tie of two items of a key and a sum, count or product that may overflow its integer type
   take the per-key path.
@@ -99,7 +105,7 @@ KERNEL_MIN_CHANGES = 1500
 ENGINES = ("deduplicate", "first-row", "partial-update", "aggregation")
 #: ``aggregation`` functions the kernel folds (``_folded_column``); ``sum``, ``count`` and
 #: ``product`` on integer columns only, whose overflow the kernel can bound before it folds;
-#: ``listagg`` without ``distinct``
+#: ``listagg`` with ``distinct`` only with a delimiter of one character
 FUNCTIONS = frozenset({"sum", "count", "product", "max", "min", "last_value", "last_non_null_value", "first_value",
                        "first_non_null_value", "bool_and", "bool_or", "listagg"})
 #: a blank ``listagg`` value (``str.strip`` leaves nothing): Python's whitespace is Unicode's
@@ -134,10 +140,10 @@ def supports(stage: MergeEngineStage) -> bool:
 
 def _folds(agg: FieldAgg) -> bool:
     """Whether the kernel folds ``agg`` (``FUNCTIONS``; a sum, count or product needs its
-    bounds, a ``listagg`` must not be ``distinct``)."""
+    bounds, a ``distinct`` ``listagg`` a delimiter of one character)."""
     folded = _Agg.of(agg)
     if folded.function == "listagg":
-        return not _inner(agg).distinct
+        return not folded.distinct or len(folded.delimiter) == 1
     return folded.function in FUNCTIONS and (folded.function not in _BOUNDED or folded.bounds is not None)
 
 
@@ -159,6 +165,8 @@ class _Agg(NamedTuple):
     refuses_retractions: bool
     #: ``listagg``'s delimiter
     delimiter: str = ","
+    #: ``listagg``: only tokens not yet present are appended
+    distinct: bool = False
 
     @classmethod
     def of(cls, agg: FieldAgg) -> _Agg:
@@ -166,7 +174,7 @@ class _Agg(NamedTuple):
         bounds = INT_RANGES.get(inner.type_name or "") if inner.name in _BOUNDED else None
         retracts = inner.retractable and inner.name != "product"
         return cls(inner.name, bounds, retracts and not ignored, not retracts and not ignored,
-                   getattr(inner, "delimiter", ","))
+                   getattr(inner, "delimiter", ","), getattr(inner, "distinct", False))
 
 
 class MergeKernel:
@@ -502,10 +510,15 @@ class MergeKernel:
         items = items.with_columns(pl.col("$o").filter(pl.col("$del")).max().over(self.key).alias("$d"))
         after = pl.col("$d").is_null() | (pl.col("$o") > pl.col("$d"))
         add = pl.col("$add")
-        folded = items.filter(after).group_by(self.key, maintain_order=True).agg(
+        distinct = [c for c, a in self.aggs.items() if a.function == "listagg" and a.distinct]
+        folding = items.filter(after)
+        folded = folding.group_by(self.key, maintain_order=True).agg(
             *(_folded_column(pl.col(c), add, self.aggs[c]) if c in self.aggs else pl.col(c).filter(add).last()
-              for c in self.rows if c not in self.key)
+              for c in self.rows if c not in self.key and c not in distinct)
         )
+        for c in distinct:
+            joined = _distinct_listagg(folding.filter(add), self.key, c, self.aggs[c].delimiter)
+            folded = folded.join(joined, on=self.key, how="left", nulls_equal=True)
         values = [c for c in self.rows if c not in self.key]
         deleted = items.filter(pl.col("$o") == pl.col("$d")).select(*self.key, *(pl.col(c).alias("$d_" + c) for c in values))
         keys = items.group_by(self.key).agg(after.any().alias(_HAS_NEW)).join(
@@ -712,6 +725,29 @@ def _folded_column(col: pl.Expr, add: pl.Expr, agg: _Agg) -> pl.Expr:
         "max": col.max(), "min": col.min(), "first_value": col.first(), "last_value": col.last(),
         "first_non_null_value": col.drop_nulls().first(), "last_non_null_value": col.drop_nulls().last(),
     }[function]
+
+
+def _distinct_listagg(adds: pl.DataFrame, key: list[str], column: str, delimiter: str) -> pl.DataFrame:
+    """``listagg`` with ``distinct`` per key over ``adds`` (the key's folded adds in merge
+    order): ``key`` and ``column`` for the keys with a non-blank value. The per-key fold keeps
+    its first non-blank value whole, then appends each token of a later value that is not
+    blank and not in the set of tokens seen so far, and every token of a later value is in
+    that set afterwards (appended or already there). So a later token is appended exactly
+    when it is not blank and its occurrence is the first of that token among the key's
+    tokens (the first value's included) in (value, token) order: a minimum over a row
+    index, not a loop."""
+    values = adds.filter(pl.col(column).is_not_null() & ~pl.col(column).str.contains(_BLANK)).select(
+        *key, column, pl.int_range(pl.len()).over(key).alias("$r")
+    )
+    first = values.filter(pl.col("$r") == 0).select(*key, pl.col(column).alias("$first"))
+    tokens = values.select(*key, "$r", pl.col(column).str.split(delimiter).alias("$t"))
+    tokens = tokens.explode("$t", empty_as_null=True).with_row_index("$x")
+    appended = tokens.filter(
+        (pl.col("$r") > 0) & ~pl.col("$t").str.contains(_BLANK) & (pl.col("$x") == pl.col("$x").min().over(*key, "$t"))
+    ).group_by(key, maintain_order=True).agg(pl.col("$t").str.join(delimiter).alias("$more"))
+    return first.join(appended, on=key, how="left", nulls_equal=True).select(
+        *key, pl.concat_str("$first", "$more", separator=delimiter, ignore_nulls=True).alias(column)
+    )
 
 
 def schema_of(stage: MergeEngineStage) -> pa.Schema | None:
