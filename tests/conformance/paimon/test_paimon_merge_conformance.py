@@ -25,6 +25,7 @@ import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -74,6 +75,10 @@ def nested(r: random.Random):
     return [{"id": r.randint(0, 3), "v": r.choice("xyz")} for _ in range(r.randint(1, 2))]
 
 
+def cents(r: random.Random):
+    return None if r.random() < 0.25 else Decimal(r.randint(-500, 500)) / 100
+
+
 def seq(r: random.Random, batch: int = 0):
     return r.choice([None, 0, 1, 2, 3, 4])
 
@@ -84,6 +89,7 @@ def rising_seq(r: random.Random, batch: int = 0):
 
 
 INT = pa.int64()
+DECIMAL = pa.decimal128(10, 2)
 NESTED = pa.list_(pa.struct([("id", pa.int64()), ("v", pa.string())]))
 
 
@@ -151,6 +157,8 @@ CASES = [
          ordered_batches=True),
     agg_case("sum", INT, small_int),
     agg_case("sum", INT, small_int, seq_field=True),
+    agg_case("sum", DECIMAL, cents),
+    agg_case("sum", DECIMAL, cents, seq_field=True),
     agg_case("product", INT, pos_int),
     agg_case("max", INT, small_int),
     agg_case("max", pa.string(), word, seq_field=True),
@@ -223,6 +231,33 @@ def run_tidemark(case: Case, batches: list[list[Change]], seed: int) -> dict[tup
     return {k: s.row for k, s in bucket.states.items() if s.row is not None}
 
 
+def run_kernel(case: Case, batches: list[list[Change]], seed: int) -> dict[tuple, tuple] | None:
+    """The batch kernel on every batch, each batch as Arrow columns (what the Spark host
+    hands it; the replay host's tuples take the per-key path for DECIMAL columns) and the
+    bucket stored between batches as the Spark host stores it; None when the kernel does not
+    compute the case's engine or a column's SQL type is not in ``SQL_TYPES``."""
+    from tidemark.engine import state_codec
+    from tidemark.engine.types import parse_type
+
+    if any(arrow not in SQL_TYPES for _, arrow, _ in case.columns):
+        return None
+    columns = ["k"] + [name for name, _, _ in case.columns]
+    types = [parse_type("BIGINT")] + [parse_type(SQL_TYPES[arrow]) for _, arrow, _ in case.columns]
+    stage = build_merge_engine("t", columns, (0,), case.options, case.retracts, types=types)
+    if not merge_kernel.supports(stage):
+        return None
+    kernel = merge_kernel.MergeKernel(stage)
+    schema = pa.schema([("k", INT)] + [(name, arrow) for name, arrow, _ in case.columns])
+    stored, shuffle = None, random.Random(seed + 3000)
+    for batch_id, batch in enumerate(batches):
+        batch = list(batch)
+        shuffle.shuffle(batch)
+        columnar = ChangeBatch.from_table(ChangeBatch.from_changes(batch, schema).table())
+        bucket, _ = kernel.process_batch([columnar], state_codec.decode_state(stage, stored), BatchContext(batch_id=batch_id))
+        stored = state_codec.encode_state(stage, bucket)
+    return {k: s.row for k, s in state_codec.decode_state(stage, stored).states.items() if s.row is not None}
+
+
 def run_paimon(case: Case, batches: list[list[Change]], warehouse: str) -> dict[tuple, tuple]:
     schema = pa.schema([pa.field("k", INT, nullable=False)]
                        + [pa.field(name, arrow) for name, arrow, _ in case.columns])
@@ -237,7 +272,7 @@ def run_paimon(case: Case, batches: list[list[Change]], warehouse: str) -> dict[
 
 
 SQL_TYPES = {
-    pa.int64(): "BIGINT", pa.string(): "STRING", pa.bool_(): "BOOLEAN",
+    pa.int64(): "BIGINT", pa.string(): "STRING", pa.bool_(): "BOOLEAN", DECIMAL: "DECIMAL(10, 2)",
     pa.list_(INT): "ARRAY<BIGINT>", pa.map_(pa.string(), INT): "MAP<STRING, BIGINT>",
     NESTED: "ARRAY<ROW<id BIGINT, v STRING>>",
 }
@@ -267,7 +302,8 @@ def run_replay(case: Case, batches: list[list[Change]], seed: int) -> dict[tuple
     """Through SQL: compile the pipeline and run it in the in-process replay host. Records
     enter as decoded JSON does (``coerce_value``: ARRAY/ROW -> tuples, MAP -> sorted pairs)
     and the merged rows leave as JSON values (``to_json_value``), as ``tidemark replay``
-    reads and prints them."""
+    reads and prints them; a DECIMAL's JSON value, its exact digits as a string, is read back
+    as the ``Decimal`` Paimon gives."""
     from tidemark.engine.pipeline import compile_sql
     from tidemark.engine.replay import ReplayHost
     from tidemark.engine.types import coerce_value, to_json_value
@@ -280,19 +316,27 @@ def run_replay(case: Case, batches: list[list[Change]], seed: int) -> dict[tuple
         batch = [c._replace(row=tuple(coerce_value(t, v) for t, v in zip(types, c.row))) for c in batch]
         shuffle.shuffle(batch)
         host.run_batch({"src": batch}, now_ms=0)
-    return {k: tuple(to_json_value(t, v) for t, v in zip(types, row)) for k, row in host.table().items()}
+    def read(t, v):
+        out = to_json_value(t, v)
+        return Decimal(out) if t.name == "DECIMAL" and out is not None else out
+
+    return {k: tuple(read(t, v) for t, v in zip(types, row)) for k, row in host.table().items()}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_same_merged_table_as_paimon(case: Case, seed: int, tmp_path, monkeypatch):
-    """Directly through the per-key stage, and through SQL and the replay host: as it runs
-    (small batches take the per-key path) and with the batch kernel on every batch it
-    computes (``tidemark.engine.kernels.merge``)."""
+    """Directly through the per-key stage and through the batch kernel on Arrow batches
+    (``tidemark.engine.kernels.merge``, where it computes the engine), and through SQL and the
+    replay host: as it runs (small batches take the per-key path) and with the batch kernel on
+    every batch it computes."""
     batches = generate(case, seed)
     expected = normalize_table(run_paimon(case, batches, str(tmp_path)), case.map_columns)
     actual = normalize_table(run_tidemark(case, batches, seed), case.map_columns)
     assert actual == expected, f"batches: {batches}"
+    kernel = run_kernel(case, batches, seed)
+    if kernel is not None:
+        assert normalize_table(kernel, case.map_columns) == expected, f"the batch kernel on Arrow batches; batches: {batches}"
     if sql_for(case) is not None:
         replayed = normalize_table(run_replay(case, batches, seed), case.map_columns)
         assert replayed == expected, f"through SQL and replay; batches: {batches}"

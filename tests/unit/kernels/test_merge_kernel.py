@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -245,6 +246,43 @@ def test_distinct_listagg_equals_the_per_key_stage_on_random_tokens():
             assert per_key_view(stage, host.run(columns(changes))) == per_key_view(stage, want.changes())
             assert state_codec.decode_state(stage, host.stored).states == bucket.states
         assert host.fell_back == 0
+
+
+def test_decimal_sums_fold_as_decimals_and_a_sum_past_the_exact_range_takes_the_per_key_path():
+    """``sum`` on DECIMAL columns, retractions included, against the per-key stage: exact
+    where the per-key fold's Python decimals are (and the type holds the sum), per key beyond."""
+    names, pk = ["id", "amt", "wide"], (0,)
+    types = [parse_type(t) for t in ("BIGINT", "DECIMAL(10, 2)", "DECIMAL(38, 20)")]
+    opts = {"merge-engine": "aggregation", "changelog-producer": "lookup",
+            "fields.amt.aggregate-function": "sum", "fields.wide.aggregate-function": "sum"}
+    schema = pa.schema([("id", pa.int64()), ("amt", pa.decimal128(10, 2)), ("wide", pa.decimal128(38, 20))])
+    stage = build_merge_engine("t", names, pk, opts, input_retracts=True, types=types)
+    assert supports(stage)
+    host, reference, bucket = StoredHost(stage, MergeKernel(stage)), PerKeyAdapter(stage), Bucket()
+    rng = random.Random(3)
+
+    def record(kind: str, i: int, pos: int, scale: int = 1) -> Change:
+        amt = Decimal(rng.randrange(-10**6, 10**6) * scale) / 100 if rng.random() < 0.9 else None
+        wide = Decimal(rng.randrange(-10**9, 10**9)) / 10**20 if rng.random() < 0.9 else None
+        return c(kind, i, amt, wide, pos=pos)
+
+    def run(changes: list[Change]) -> None:
+        nonlocal bucket
+        bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], bucket, BatchContext())
+        assert host.run(ChangeBatch.from_table(ChangeBatch.from_changes(changes, schema).table())) == want.changes()
+        assert state_codec.decode_state(stage, host.stored).states == bucket.states
+
+    pos = 0
+    for _ in range(20):
+        changes = []
+        for _ in range(12):
+            pos += 1
+            changes.append(record(rng.choice(["+I", "+I", "-U", "-D"]), rng.randrange(5), pos))
+        run(changes)
+    assert host.fell_back == 0
+    # a sum of DECIMAL(10, 2) at 10**8 or more leaves the type: the per-key path decides
+    run([c("+I", 9, Decimal("99999999.99"), None, pos=pos + 1), c("+I", 9, Decimal("0.01"), None, pos=pos + 2)])
+    assert host.fell_back == 1
 
 
 def test_aggregation_folds_retractions_and_a_delete_removes_the_row():

@@ -47,7 +47,8 @@ record of its own sequence and position, and folds. The stored item is the key's
   join and takes the per-key path). A retraction of another function (an error the per-key path
   reports; for ``product`` a division whose truncation depends on the order of the items),
   a tie of two items of a key and a sum, count or product that may overflow its integer type
-  take the per-key path.
+  (for a DECIMAL sum, its type or the 28 digits of the per-key fold's Python arithmetic) take
+  the per-key path.
 - The key's position: the greatest of the stored one and its remaining records'.
 - Emitted, at the key's position, from the row before (``old``) and after (``new``): ``none``
   an upsert (``+I``, ``+U`` or ``-D``) when they differ; ``lookup`` ``+I``, ``-D`` or a
@@ -104,7 +105,8 @@ if TYPE_CHECKING:
 KERNEL_MIN_CHANGES = 1500
 ENGINES = ("deduplicate", "first-row", "partial-update", "aggregation")
 #: ``aggregation`` functions the kernel folds (``_folded_column``); ``sum``, ``count`` and
-#: ``product`` on integer columns only, whose overflow the kernel can bound before it folds;
+#: ``product`` on integer columns, and ``sum`` on DECIMAL ones, whose overflow (or Python's
+#: rounding of a long decimal) the kernel can bound before it folds;
 #: ``listagg`` with ``distinct`` only with a delimiter of one character
 FUNCTIONS = frozenset({"sum", "count", "product", "max", "min", "last_value", "last_non_null_value", "first_value",
                        "first_non_null_value", "bool_and", "bool_or", "listagg"})
@@ -134,14 +136,16 @@ def supports(stage: MergeEngineStage) -> bool:
     cfg = stage.cfg
     if cfg.groups and (cfg.aggs or cfg.engine != "partial-update"):
         return False
-    return (cfg.engine in ENGINES and cfg.producer in PRODUCERS and schema_of(stage) is not None
-            and all(_folds(a) for a in cfg.aggs.values()))
+    schema = schema_of(stage)
+    return (cfg.engine in ENGINES and cfg.producer in PRODUCERS and schema is not None
+            and all(_folds(a, schema.field(i).type) for i, a in cfg.aggs.items()))
 
 
-def _folds(agg: FieldAgg) -> bool:
-    """Whether the kernel folds ``agg`` (``FUNCTIONS``; a sum, count or product needs its
-    bounds, a ``distinct`` ``listagg`` a delimiter of one character)."""
-    folded = _Agg.of(agg)
+def _folds(agg: FieldAgg, arrow_type: pa.DataType) -> bool:
+    """Whether the kernel folds ``agg`` over a column of ``arrow_type`` (``FUNCTIONS``; a
+    sum, count or product needs its bounds, a ``distinct`` ``listagg`` a delimiter of one
+    character)."""
+    folded = _Agg.of(agg, arrow_type)
     if folded.function == "listagg":
         return not folded.distinct or len(folded.delimiter) == 1
     return folded.function in FUNCTIONS and (folded.function not in _BOUNDED or folded.bounds is not None)
@@ -156,7 +160,9 @@ class _Agg(NamedTuple):
     """An ``aggregation`` column's function as the kernel folds it."""
 
     function: str
-    #: ``sum``, ``count`` and ``product``: the range of the column's integer type
+    #: ``sum``, ``count`` and ``product``: the range of the column's integer type; a ``sum``
+    #: of DECIMAL(p, s), the range in which the per-key fold's Python ``Decimal`` arithmetic
+    #: (28 significant digits) is exact and the type holds the result (``_decimal_bounds``)
     bounds: tuple[int, int] | None
     #: a retraction folds (``sum``, ``count``, ``last_value``, ``last_non_null_value``)
     retracts: bool
@@ -167,14 +173,28 @@ class _Agg(NamedTuple):
     delimiter: str = ","
     #: ``listagg``: only tokens not yet present are appended
     distinct: bool = False
+    #: a ``sum`` over a DECIMAL column: folded as decimals, not as integers
+    decimal: bool = False
 
     @classmethod
-    def of(cls, agg: FieldAgg) -> _Agg:
+    def of(cls, agg: FieldAgg, arrow_type: pa.DataType) -> _Agg:
         inner, ignored = _inner(agg), isinstance(agg, IgnoreRetract)
+        decimal = inner.name == "sum" and pa.types.is_decimal(arrow_type)
         bounds = INT_RANGES.get(inner.type_name or "") if inner.name in _BOUNDED else None
+        if decimal:
+            bounds = _decimal_bounds(arrow_type)
         retracts = inner.retractable and inner.name != "product"
         return cls(inner.name, bounds, retracts and not ignored, not retracts and not ignored,
-                   getattr(inner, "delimiter", ","), getattr(inner, "distinct", False))
+                   getattr(inner, "delimiter", ","), getattr(inner, "distinct", False), decimal)
+
+
+def _decimal_bounds(arrow_type: pa.Decimal128Type) -> tuple[int, int]:
+    """The magnitudes a DECIMAL(p, s) sum stays below for the per-key fold's result to be the
+    exact sum the kernel computes: fewer than ``p - s`` integer digits (the type holds it),
+    and at most 28 significant digits in all (Python's default ``Decimal`` context, which
+    would round a longer sum)."""
+    digits = min(arrow_type.precision, 28) - arrow_type.scale
+    return -(10**digits), 10**digits
 
 
 class MergeKernel:
@@ -198,7 +218,8 @@ class MergeKernel:
         self.groups = [([self.rows[i] for i in g.seq_fields], [self.rows[i] for i in g.members]) for g in stage.cfg.groups]
         self.aggregation = stage.cfg.engine == "aggregation"
         #: ``aggregation``: value column -> its function
-        self.aggs = {self.rows[i]: _Agg.of(a) for i, a in stage.cfg.aggs.items()} if self.aggregation else {}
+        types = self.schema.types if self.schema is not None else [pa.null()] * stage.width
+        self.aggs = {self.rows[i]: _Agg.of(a, types[i]) for i, a in stage.cfg.aggs.items()} if self.aggregation else {}
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
@@ -694,7 +715,10 @@ def _counted(col: pl.Expr, agg: _Agg) -> pl.Expr:
     for a retraction ``ignore-retract`` drops."""
     add, state = pl.col("$add"), pl.col("$state")
     one = col.is_not_null().cast(pl.Int64).replace(0, None)
-    part = col.cast(pl.Int64) if agg.function == "sum" else pl.when(state).then(col.cast(pl.Int64)).otherwise(one)
+    if agg.function == "sum":
+        part = col if agg.decimal else col.cast(pl.Int64)
+    else:
+        part = pl.when(state).then(col.cast(pl.Int64)).otherwise(one)
     return pl.when(add).then(part).when(pl.lit(agg.retracts)).then(-part)
 
 
