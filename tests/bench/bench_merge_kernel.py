@@ -35,6 +35,8 @@ CONFIGS = (
     ("partial-update", {"changelog-producer": "lookup", "partial-update.remove-record-on-delete": "true"}, True),
     ("first-row", {"changelog-producer": "lookup", "ignore-delete": "true"}, False),
     ("partial-update", {"changelog-producer": "lookup", "fields.level.sequence-group": "name", "ignore-delete": "true"}, True),
+    ("partial-update", {"changelog-producer": "lookup", "fields.level.sequence-group": "name,qty", "ignore-delete": "true",
+                        "fields.qty.aggregate-function": "sum"}, True),
     ("aggregation", {"changelog-producer": "lookup", "fields.qty.aggregate-function": "sum",
                      "fields.level.aggregate-function": "max", "fields.level.ignore-retract": "true",
                      "fields.name.aggregate-function": "last_non_null_value", "fields.ts.aggregate-function": "count"}, True),

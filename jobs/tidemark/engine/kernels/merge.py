@@ -30,7 +30,9 @@ record of its own sequence and position, and folds. The stored item is the key's
   per-key path reports, and a tie of two items decides columns, so both take that path. A
   sequence group's columns (its sequence fields and members) are those of the last item of
   the greatest group sequence that is not all null, the members null if it is a retraction
-  (``_group_winner``). Groups with aggregate functions, and calls with a ``-D`` under
+  (``_group_winner``); a member with one of the functions whose fold does not depend on the
+  order of its items (``_ORDERLESS``) folds every item that names the group's sequence. Groups
+  with other functions, and calls with a ``-D`` under
   ``partial-update.remove-record-on-sequence-group``, take the per-key path.
 - ``aggregation``: the key's items (stored row or tombstone, and records) in merge order,
   under ``aggregation.remove-record-on-delete`` those after its last ``-D`` (a ``-D`` that
@@ -129,15 +131,25 @@ _HAS_ITEM, _GPR = "$has_item", "$gpr"  # a stored row or tombstone; a stored key
 #: (float64 rounding of a sum of up to 2**20 terms stays below 2**-33 of it)
 _SAFE = 1 - 2**-30
 _BOUNDED = ("sum", "count", "product")
+#: functions whose fold of a key's items does not depend on their order: in a sequence group
+#: an older record reaches them too (``agg_reversed``), so every item that names the group's
+#: sequence folds, wherever the running sequence stood
+_ORDERLESS = ("sum", "product", "max", "min", "bool_and", "bool_or")
 
 
 def supports(stage: MergeEngineStage) -> bool:
     """Whether the kernel computes what ``stage`` does (module docstring)."""
     cfg = stage.cfg
-    if cfg.groups and (cfg.aggs or cfg.engine != "partial-update"):
-        return False
     schema = schema_of(stage)
-    return (cfg.engine in ENGINES and cfg.producer in PRODUCERS and schema is not None
+    if schema is None or cfg.groups and cfg.engine != "partial-update":
+        return False
+    if cfg.groups:
+        members = {i for g in cfg.groups for i in g.members}
+        return cfg.producer in PRODUCERS and all(
+            i in members and _Agg.of(a, schema.field(i).type).function in _ORDERLESS and _folds(a, schema.field(i).type)
+            for i, a in cfg.aggs.items()
+        )
+    return (cfg.engine in ENGINES and cfg.producer in PRODUCERS
             and all(_folds(a, schema.field(i).type) for i, a in cfg.aggs.items()))
 
 
@@ -219,7 +231,10 @@ class MergeKernel:
         self.aggregation = stage.cfg.engine == "aggregation"
         #: ``aggregation``: value column -> its function
         types = self.schema.types if self.schema is not None else [pa.null()] * stage.width
-        self.aggs = {self.rows[i]: _Agg.of(a, types[i]) for i, a in stage.cfg.aggs.items()} if self.aggregation else {}
+        #: ``aggregation``'s value columns, and ``partial-update``'s sequence group members,
+        #: with their function
+        self.aggs = ({self.rows[i]: _Agg.of(a, types[i]) for i, a in stage.cfg.aggs.items()}
+                     if self.aggregation or self.groups else {})
 
     def process_batch(
         self, inputs: Sequence[ChangeBatch], state: Bucket, ctx: BatchContext
@@ -468,7 +483,10 @@ class MergeKernel:
             pl.col(c).drop_nulls().last() for c in values if c not in grouped
         )
         for seq, members in self.groups:
-            last = last.join(self._group_winner(items, seq, members), on=self.key, how="left", nulls_equal=True)
+            winner = self._group_winner(items, seq, members)
+            if winner is None:
+                return None
+            last = last.join(winner, on=self.key, how="left", nulls_equal=True)
         deleted = items.filter(pl.col("$o") == pl.col("$d")).select(*self.key, *(pl.col(c).alias("$d_" + c) for c in values))
         keys = per_key.join(last, on=self.key, how="left", nulls_equal=True).join(
             deleted, on=self.key, how="left", nulls_equal=True
@@ -483,18 +501,37 @@ class MergeKernel:
         )
         return self._with_old(keys, effective, old)
 
-    def _group_winner(self, items: pl.DataFrame, seq: list[str], members: list[str]) -> pl.DataFrame:
+    def _group_winner(self, items: pl.DataFrame, seq: list[str], members: list[str]) -> pl.DataFrame | None:
         """One sequence group's columns per key: those of the last item in merge order among
         the items whose group sequence is the greatest, its members null if it is a
         retraction. An item updates the group (a retraction nulls its members) when its
         sequence is not all null and not smaller than the row's, so the last update is the
         last item of the greatest sequence; a key whose items never name one keeps its (null)
-        group columns."""
+        group columns. A member with an aggregate function (``_ORDERLESS``) folds every item
+        that names the group's sequence, older ones too (``agg_reversed``, the same fold for
+        these functions), its retractions as ``aggregation`` folds them
+        (``_folded_column``); None (per-key path) for a retraction of a function that takes
+        none and for a sum or product that may leave its type."""
         said = items.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in seq))
         said = said.with_columns(_dense_rank(said, seq, [False] * len(seq)).alias("$g"))
         top = said.filter(pl.col("$g") == pl.col("$g").max().over(self.key))
         top = top.filter(pl.col("$o") == pl.col("$o").max().over(self.key))
-        return top.select(*self.key, *seq, *(pl.when(pl.col("$add")).then(pl.col(c)).alias(c) for c in members))
+        folded = {c: self.aggs[c] for c in members if c in self.aggs}
+        top = top.select(*self.key, *seq, *(pl.when(pl.col("$add")).then(pl.col(c)).alias(c)
+                                            for c in members if c not in folded))
+        if not folded:
+            return top
+        if any(a.refuses_retractions for a in folded.values()) and not said.get_column("$add").all():
+            return None
+        said = said.with_columns(_counted(pl.col(c), a).alias(c) for c, a in folded.items() if a.function == "sum")
+        bounded = {c: a for c, a in folded.items() if a.bounds is not None}
+        if bounded and _may_overflow(said, self.key, bounded):
+            return None
+        add = pl.col("$add")
+        values = said.group_by(self.key).agg(
+            _folded_column(pl.col(c), add, a).cast(items.schema[c]).alias(c) for c, a in folded.items()
+        )
+        return top.join(values, on=self.key, how="left", nulls_equal=True)
 
     def _aggregated_keys(self, effective: pl.DataFrame, old: pl.DataFrame) -> pl.DataFrame | None:
         """``aggregation``, per key with remaining records: the columns ``_keys`` gives. The
