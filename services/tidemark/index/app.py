@@ -31,7 +31,6 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
@@ -264,7 +263,7 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
         return {"dropped_versions": dropped, **describe(feed)}
 
     @app.post("/v1/lookup", dependencies=needs_token, responses=_errors(404, 409, 429, 503))
-    def lookup(req: LookupRequest) -> dict:
+    def lookup(req: LookupRequest) -> JSONResponse:
         feed = service.feed(req.table)
         spec = feed.index.indexes.get(req.index)
         if spec is None:
@@ -301,7 +300,9 @@ def create_app(service: IndexService, api_token: str | None, *, max_body_bytes: 
         m.keys.labels(req.table).inc(len(keys))
         col_types = table.types
         rows = [[[to_json_value(t, v) for t, v in zip(col_types, row)] for row, _pos in per_key] for per_key in found]
-        return jsonable_encoder({"rows": rows, "applied_offsets": applied})
+        # the values are JSON values already (to_json_value): a response of its own skips
+        # FastAPI's encoding walk over every value, several times the json.dumps itself
+        return JSONResponse({"rows": rows, "applied_offsets": applied})
 
     return app
 
