@@ -143,14 +143,11 @@ def supports(stage: MergeEngineStage) -> bool:
     schema = schema_of(stage)
     if schema is None or cfg.groups and cfg.engine != "partial-update":
         return False
-    if cfg.groups:
-        members = {i for g in cfg.groups for i in g.members}
-        return cfg.producer in PRODUCERS and all(
-            i in members and _Agg.of(a, schema.field(i).type).function in _ORDERLESS and _folds(a, schema.field(i).type)
-            for i, a in cfg.aggs.items()
-        )
-    return (cfg.engine in ENGINES and cfg.producer in PRODUCERS
-            and all(_folds(a, schema.field(i).type) for i, a in cfg.aggs.items()))
+    members = {i for g in cfg.groups for i in g.members}  # sequence groups: orderless folds only
+    return cfg.engine in ENGINES and cfg.producer in PRODUCERS and all(
+        _folds(a, schema.field(i).type) and (not cfg.groups or i in members and _inner(a).name in _ORDERLESS)
+        for i, a in cfg.aggs.items()
+    )
 
 
 def _folds(agg: FieldAgg, arrow_type: pa.DataType) -> bool:
@@ -229,7 +226,6 @@ class MergeKernel:
         #: ``partial-update``'s sequence groups: (sequence columns, member columns)
         self.groups = [([self.rows[i] for i in g.seq_fields], [self.rows[i] for i in g.members]) for g in stage.cfg.groups]
         self.aggregation = stage.cfg.engine == "aggregation"
-        #: ``aggregation``: value column -> its function
         types = self.schema.types if self.schema is not None else [pa.null()] * stage.width
         #: ``aggregation``'s value columns, and ``partial-update``'s sequence group members,
         #: with their function
