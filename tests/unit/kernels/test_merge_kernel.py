@@ -66,7 +66,7 @@ def test_the_kernel_runs_the_engines_it_computes_unless_turned_off(monkeypatch):
     assert isinstance(batch_stage(merge("partial-update", **{
         "fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "max", "ignore-delete": "true"})), MergeKernel)
     for stage in (
-        merge("partial-update", **{"fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "last_value",
+        merge("partial-update", **{"fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "first_value",
                                    "ignore-delete": "true"}),
         merge("aggregation", **{"fields.grp.aggregate-function": "listagg", "fields.grp.distinct": "true",
                                 "fields.grp.list-agg-delimiter": ", ", "ignore-delete": "true"}),
@@ -176,32 +176,41 @@ def test_partial_update_sequence_groups_take_the_last_update_of_the_greatest_seq
 
 
 @pytest.mark.parametrize("kinds", [["+I"], ["+I", "+U", "-U", "-D"]], ids=["inserts", "retractions"])
-def test_sequence_group_members_fold_with_their_orderless_functions(kinds):
+def test_sequence_group_members_fold_with_their_functions(kinds):
     """A group ``s`` -> ``m`` (sum), ``b`` (bool_or, retractions ignored), ``x`` (max,
-    retractions ignored), ``t`` (no function), and a free column ``f``: every record that names
-    the group's sequence folds into its functions, older ones too. Random batches, the kernel
-    on every other batch, against the per-key stage: the same changes and stored states."""
-    names = ["id", "f", "s", "m", "b", "x", "t"]
-    types = [parse_type(t) for t in ("BIGINT", "STRING", "INT", "INT", "BOOLEAN", "BIGINT", "STRING")]
+    retractions ignored), ``t`` (no function), ``l`` (last_value), and a free column ``f``:
+    every record that names the group's sequence folds into the orderless functions, older
+    ones too; last_value takes the last record that moved the sequence, or null after a later
+    retraction. Random batches, the kernel on every other batch, against the per-key stage:
+    the same changes and stored states."""
+    names = ["id", "f", "s", "m", "b", "x", "t", "l"]
+    types = [parse_type(t) for t in ("BIGINT", "STRING", "INT", "INT", "BOOLEAN", "BIGINT", "STRING", "STRING")]
     schema = pa.schema([("id", pa.int64()), ("f", pa.string()), ("s", pa.int32()), ("m", pa.int32()),
-                        ("b", pa.bool_()), ("x", pa.int64()), ("t", pa.string())])
-    opts = {"merge-engine": "partial-update", "changelog-producer": "lookup", "fields.s.sequence-group": "m,b,x,t",
+                        ("b", pa.bool_()), ("x", pa.int64()), ("t", pa.string()), ("l", pa.string())])
+    opts = {"merge-engine": "partial-update", "changelog-producer": "lookup", "fields.s.sequence-group": "m,b,x,t,l",
             "fields.m.aggregate-function": "sum", "fields.b.aggregate-function": "bool_or",
-            "fields.b.ignore-retract": "true", "fields.x.aggregate-function": "max", "fields.x.ignore-retract": "true"}
+            "fields.b.ignore-retract": "true", "fields.x.aggregate-function": "max", "fields.x.ignore-retract": "true",
+            "fields.l.aggregate-function": "last_value"}
     stage = build_merge_engine("t", names, (0,), opts, input_retracts=True, types=types)
     assert supports(stage)
     host = StoredHost(stage, MergeKernel(stage))
-    # an older record still adds to the sum and reaches max; a null sequence says nothing
+    # an older record still adds to the sum and reaches max, not last_value; a null sequence
+    # says nothing
     assert host.run(ChangeBatch.from_table(ChangeBatch.from_changes([
-        c("+I", 1, "a", 2, 5, False, 7, "x", pos=1), c("+I", 1, None, 1, 3, True, 9, "old", pos=2),
-        c("+I", 1, "b", None, 100, None, 100, "none", pos=3),
-    ], schema).table())) == [c("+I", 1, "b", 2, 8, True, 9, "x", pos=3)]
+        c("+I", 1, "a", 2, 5, False, 7, "x", "new", pos=1), c("+I", 1, None, 1, 3, True, 9, "old", "old", pos=2),
+        c("+I", 1, "b", None, 100, None, 100, "none", "none", pos=3),
+    ], schema).table())) == [c("+I", 1, "b", 2, 8, True, 9, "x", "new", pos=3)]
+    # a later retraction nulls last_value, whatever its sequence
+    assert host.run(ChangeBatch.from_table(ChangeBatch.from_changes([
+        c("-U", 1, None, 1, 3, None, None, None, "old", pos=4),
+    ], schema).table())) == [c("-U", 1, "b", 2, 8, True, 9, "x", "new", pos=4), c("+U", 1, "b", 2, 5, True, 9, "x", None, pos=4)]
     host, reference, bucket = StoredHost(stage, MergeKernel(stage)), PerKeyAdapter(stage), Bucket()
     rng, kernel_calls = random.Random(5), 0
     for n in range(200):
         changes = [c(rng.choice(kinds), rng.randrange(4), rng.choice(["a", None]), rng.choice([1, 2, 3, None]),
                      rng.choice([1, -2, None]), rng.choice([True, False, None]), rng.choice([4, 8, None]),
-                     rng.choice(["x", None]), pos=n * 10 + rng.randrange(8)) for _ in range(rng.randrange(1, 6))]
+                     rng.choice(["x", None]), rng.choice(["p", "q", None]), pos=n * 10 + rng.randrange(8))
+                   for _ in range(rng.randrange(1, 6))]
         bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], bucket, BatchContext())
         got = host.run(ChangeBatch.from_table(ChangeBatch.from_changes(changes, schema).table()), kernel=n % 2 == 0)
         assert per_key_view(stage, got) == per_key_view(stage, want.changes())
@@ -436,6 +445,7 @@ CONFIGS = st.sampled_from([
                                   "ignore-delete": "true"}),
     ("partial-update", "none", {"fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "min",
                                 "fields.grp.ignore-retract": "true"}),
+    ("partial-update", "lookup", {"fields.v.sequence-group": "grp", "fields.grp.aggregate-function": "last_value"}),
     ("aggregation", "lookup", {"fields.v.aggregate-function": "sum", "fields.grp.aggregate-function": "max", "ignore-delete": "true"}),
     ("aggregation", "none", {"fields.v.aggregate-function": "count", "fields.grp.aggregate-function": "last_non_null_value",
                              "ignore-delete": "true"}),

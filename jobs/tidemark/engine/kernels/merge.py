@@ -31,8 +31,9 @@ record of its own sequence and position, and folds. The stored item is the key's
   sequence group's columns (its sequence fields and members) are those of the last item of
   the greatest group sequence that is not all null, the members null if it is a retraction
   (``_group_winner``); a member with one of the functions whose fold does not depend on the
-  order of its items (``_ORDERLESS``) folds every item that names the group's sequence. Groups
-  with other functions, and calls with a ``-D`` under
+  order of its items (``_ORDERLESS``) folds every item that names the group's sequence, and a
+  ``last_value`` member is the value of the last add that moved the sequence or null after a
+  later retraction. Groups with other functions, and calls with a ``-D`` under
   ``partial-update.remove-record-on-sequence-group``, take the per-key path.
 - ``aggregation``: the key's items (stored row or tombstone, and records) in merge order,
   under ``aggregation.remove-record-on-delete`` those after its last ``-D`` (a ``-D`` that
@@ -135,6 +136,10 @@ _BOUNDED = ("sum", "count", "product")
 #: an older record reaches them too (``agg_reversed``), so every item that names the group's
 #: sequence folds, wherever the running sequence stood
 _ORDERLESS = ("sum", "product", "max", "min", "bool_and", "bool_or")
+#: the functions a sequence group member may have on the kernel: the orderless ones, and
+#: ``last_value``, whose fold is the last record that moved the group's sequence (or the last
+#: retraction) (``_group_winner``)
+_GROUP_FUNCTIONS = (*_ORDERLESS, "last_value")
 
 
 def supports(stage: MergeEngineStage) -> bool:
@@ -145,7 +150,7 @@ def supports(stage: MergeEngineStage) -> bool:
         return False
     members = {i for g in cfg.groups for i in g.members}  # sequence groups: orderless folds only
     return cfg.engine in ENGINES and cfg.producer in PRODUCERS and all(
-        _folds(a, schema.field(i).type) and (not cfg.groups or i in members and _inner(a).name in _ORDERLESS)
+        _folds(a, schema.field(i).type) and (not cfg.groups or i in members and _inner(a).name in _GROUP_FUNCTIONS)
         for i, a in cfg.aggs.items()
     )
 
@@ -503,18 +508,33 @@ class MergeKernel:
         retraction. An item updates the group (a retraction nulls its members) when its
         sequence is not all null and not smaller than the row's, so the last update is the
         last item of the greatest sequence; a key whose items never name one keeps its (null)
-        group columns. A member with an aggregate function (``_ORDERLESS``) folds every item
+        group columns. A member with an orderless function (``_ORDERLESS``) folds every item
         that names the group's sequence, older ones too (``agg_reversed``, the same fold for
         these functions), its retractions as ``aggregation`` folds them
         (``_folded_column``); None (per-key path) for a retraction of a function that takes
-        none and for a sum or product that may leave its type."""
+        none and for a sum or product that may leave its type. A ``last_value`` member: an
+        add whose sequence is not smaller than every earlier one of the key's (the running
+        sequence: a newer item sets it, an older one leaves it) sets the value, an older add
+        leaves it (``agg_reversed`` keeps the later value), and every retraction nulls it
+        unless ``ignore-retract`` drops it; so it is the value at the last of those events,
+        null if that is a retraction or there is none."""
         said = items.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in seq))
         said = said.with_columns(_dense_rank(said, seq, [False] * len(seq)).alias("$g"))
         top = said.filter(pl.col("$g") == pl.col("$g").max().over(self.key))
         top = top.filter(pl.col("$o") == pl.col("$o").max().over(self.key))
-        folded = {c: self.aggs[c] for c in members if c in self.aggs}
+        folded = {c: self.aggs[c] for c in members if c in self.aggs and self.aggs[c].function in _ORDERLESS}
+        last = {c: self.aggs[c] for c in members if c in self.aggs and self.aggs[c].function == "last_value"}
         top = top.select(*self.key, *seq, *(pl.when(pl.col("$add")).then(pl.col(c)).alias(c)
-                                            for c in members if c not in folded))
+                                            for c in members if c not in folded and c not in last))
+        if last:
+            prior = pl.col("$g").cum_max().shift(1).over(self.key)
+            events = said.sort("$o").with_columns((prior.is_null() | (pl.col("$g") >= prior)).alias("$newer"))
+            add = pl.col("$add")
+            values = events.group_by(self.key).agg(
+                pl.when(add).then(pl.col(c)).filter(add & pl.col("$newer") | ~add & a.retracts).last().alias(c)
+                for c, a in last.items()
+            )
+            top = top.join(values, on=self.key, how="left", nulls_equal=True)
         if not folded:
             return top
         if any(a.refuses_retractions for a in folded.values()) and not said.get_column("$add").all():
