@@ -148,7 +148,7 @@ def supports(stage: MergeEngineStage) -> bool:
     schema = schema_of(stage)
     if schema is None or cfg.groups and cfg.engine != "partial-update":
         return False
-    members = {i for g in cfg.groups for i in g.members}  # sequence groups: orderless folds only
+    members = {i for g in cfg.groups for i in g.members}  # a sequence group: _GROUP_FUNCTIONS only
     return cfg.engine in ENGINES and cfg.producer in PRODUCERS and all(
         _folds(a, schema.field(i).type) and (not cfg.groups or i in members and _inner(a).name in _GROUP_FUNCTIONS)
         for i, a in cfg.aggs.items()
