@@ -162,17 +162,26 @@ def test_partial_update_sequence_groups_take_the_last_update_of_the_greatest_seq
         c("+I", 1, "a", 2, "x", pos=1), c("+I", 1, None, 1, "old", pos=2), c("+I", 1, "b", None, "none", pos=3),
         c("+I", 1, None, 2, "y", pos=4), c("-U", 1, "z", 3, "y", pos=5),
     ], schema).table())) == [c("+I", 1, "b", 3, None, pos=5)]
+    rng = random.Random(3)
+    assert_random_batches_equal_per_key(stage, schema, lambda n: [
+        c(rng.choice(kinds), rng.randrange(4), rng.choice(["a", "b", None]), rng.choice([1, 2, 3, None]),
+          rng.choice(["x", "y", None]), pos=n * 10 + rng.randrange(8)) for _ in range(rng.randrange(1, 6))])
+
+
+def assert_random_batches_equal_per_key(stage: MergeEngineStage, schema: pa.Schema, batch) -> None:
+    """200 batches ``batch(n)`` as Arrow columns, the kernel on every other one, against
+    the per-key stage: the same changes per key and stored states; most kernel calls stay on
+    the kernel (the rest are ties of two records at one position)."""
     host, reference, bucket = StoredHost(stage, MergeKernel(stage)), PerKeyAdapter(stage), Bucket()
-    rng, kernel_calls = random.Random(3), 0
+    kernel_calls = 0
     for n in range(200):
-        changes = [c(rng.choice(kinds), rng.randrange(4), rng.choice(["a", "b", None]), rng.choice([1, 2, 3, None]),
-                     rng.choice(["x", "y", None]), pos=n * 10 + rng.randrange(8)) for _ in range(rng.randrange(1, 6))]
+        changes = batch(n)
         bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], bucket, BatchContext())
         got = host.run(ChangeBatch.from_table(ChangeBatch.from_changes(changes, schema).table()), kernel=n % 2 == 0)
         assert per_key_view(stage, got) == per_key_view(stage, want.changes())
         assert state_codec.decode_state(stage, host.stored).states == bucket.states
         kernel_calls += n % 2 == 0
-    assert host.fell_back < kernel_calls / 2  # the rest are ties of two records at one position
+    assert host.fell_back < kernel_calls / 2
 
 
 @pytest.mark.parametrize("kinds", [["+I"], ["+I", "+U", "-U", "-D"]], ids=["inserts", "retractions"])
@@ -204,19 +213,12 @@ def test_sequence_group_members_fold_with_their_functions(kinds):
     assert host.run(ChangeBatch.from_table(ChangeBatch.from_changes([
         c("-U", 1, None, 1, 3, None, None, None, "old", pos=4),
     ], schema).table())) == [c("-U", 1, "b", 2, 8, True, 9, "x", "new", pos=4), c("+U", 1, "b", 2, 5, True, 9, "x", None, pos=4)]
-    host, reference, bucket = StoredHost(stage, MergeKernel(stage)), PerKeyAdapter(stage), Bucket()
-    rng, kernel_calls = random.Random(5), 0
-    for n in range(200):
-        changes = [c(rng.choice(kinds), rng.randrange(4), rng.choice(["a", None]), rng.choice([1, 2, 3, None]),
-                     rng.choice([1, -2, None]), rng.choice([True, False, None]), rng.choice([4, 8, None]),
-                     rng.choice(["x", None]), rng.choice(["p", "q", None]), pos=n * 10 + rng.randrange(8))
-                   for _ in range(rng.randrange(1, 6))]
-        bucket, want = reference.process_batch([ChangeBatch(changes=list(changes))], bucket, BatchContext())
-        got = host.run(ChangeBatch.from_table(ChangeBatch.from_changes(changes, schema).table()), kernel=n % 2 == 0)
-        assert per_key_view(stage, got) == per_key_view(stage, want.changes())
-        assert state_codec.decode_state(stage, host.stored).states == bucket.states
-        kernel_calls += n % 2 == 0
-    assert host.fell_back < kernel_calls / 2  # the rest are ties of two records at one position
+    rng = random.Random(5)
+    assert_random_batches_equal_per_key(stage, schema, lambda n: [
+        c(rng.choice(kinds), rng.randrange(4), rng.choice(["a", None]), rng.choice([1, 2, 3, None]),
+          rng.choice([1, -2, None]), rng.choice([True, False, None]), rng.choice([4, 8, None]),
+          rng.choice(["x", None]), rng.choice(["p", "q", None]), pos=n * 10 + rng.randrange(8))
+        for _ in range(rng.randrange(1, 6))])
 
 
 def test_a_sequence_group_sum_past_its_type_and_a_retracted_max_take_the_per_key_path():
