@@ -6,7 +6,8 @@ DEDUPLICATE`` materializer, upsert-json out), Kafka topic to Kafka topic.
         [--repeats 3] [--rate 100] [--seconds 30] [--warmup-seconds 0] [--backlog 20000]
 
 Against the embedded broker (or ``$KAFKA_BOOTSTRAP_SERVERS``). Each repetition starts the
-real CLI (``tidemark run``, trigger every 200 ms, at most 5,000 source records per batch)
+real CLI (``tidemark run``, trigger every 200 ms, at most 5,000 source records per batch unless
+``--max-records-per-trigger`` says otherwise)
 on fresh topics and a fresh checkpoint, with 100 s2 rows, and waits for that first
 batch: JVM start-up and the first batch's warm-up are not measured (nor, with
 ``--warmup-seconds``, that long of s1 inserts at the rate, once visible). Then:
@@ -256,6 +257,8 @@ def main() -> None:
     ap.add_argument("--warmup-seconds", type=float, default=0.0,
                     help="inserts at --rate for this long before the latency phase, not measured")
     ap.add_argument("--backlog", type=int, default=20_000, help="s1 inserts in the throughput phase")
+    ap.add_argument("--max-records-per-trigger", type=int, default=5000,
+                    help="source records per micro-batch at most; 0: no cap, as the suite's latency phase runs")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (status files, driver logs)")
     args = ap.parse_args()
 
@@ -265,6 +268,7 @@ def main() -> None:
         try:
             for r in range(args.repeats):
                 res = one_run(bootstrap, workdir, f"r{r}", args.rate, args.seconds, args.backlog,
+                              max_records_per_trigger=args.max_records_per_trigger or None,
                               warmup_s=args.warmup_seconds)
                 results.append(res)
                 scalars = {k: round(v, 3) for k, v in res.items() if isinstance(v, int | float)}

@@ -8,11 +8,19 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
-from tidemark.kafka.admin import describe_cleanup_policy, end_offsets, ensure_topics, partition_counts
+from tidemark.kafka.admin import (
+    END_PROBE,
+    describe_cleanup_policy,
+    end_offsets,
+    ensure_topics,
+    partition_counts,
+    stable_end_offsets,
+)
 from tidemark.kafka.broker import BrokerError, EmbeddedBroker, broker_answers
 from tidemark.kafka.read import materialize_upsert, read_topic
 from tidemark.kafka.transactional import (
@@ -171,3 +179,42 @@ def test_end_offsets_count_whole_batches_and_stop_before_open_transactions(kafka
     assert end_offsets(kafka_bootstrap, [topic], committed_only=False) == {topic: {0: 101}}
     txn.commit_transaction(30)
     assert end_offsets(kafka_bootstrap, [topic])[topic][0] == 102  # record + commit marker
+
+
+def test_the_end_of_a_partition_written_without_pause_is_where_its_delivered_records_end(kafka_bootstrap, make_topic):
+    """A fetch at the end of a partition that is always being written gets new records rather
+    than an end-of-partition: the probe takes the end after the records it was delivered
+    instead of chasing the writer until a pause."""
+    topic = make_topic()
+    writing = threading.Event()
+    stop = threading.Event()
+    produced = [0]
+
+    def write() -> None:
+        p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 1})
+        while not stop.is_set():
+            for _ in range(20):
+                p.produce(topic, value=b"%d" % produced[0])
+                produced[0] += 1
+            p.poll(0)
+            if produced[0] >= 2_000:
+                writing.set()
+        p.flush(30)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert writing.wait(30)
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{topic}-probe",
+                             "isolation.level": "read_committed", **END_PROBE})
+        try:
+            ends = [stable_end_offsets(consumer, [(topic, 0)], timeout_s=5.0)[(topic, 0)] for _ in range(5)]
+        finally:
+            consumer.close()
+    finally:
+        stop.set()
+        writer.join()
+    # every probe found an end (a probe that finds none keeps the low watermark, 0), each
+    # later than the one before while the writer went on, never past what was written
+    assert ends[0] > 0 and all(a < b for a, b in zip(ends, ends[1:])), ends
+    assert ends[-1] <= produced[0]

@@ -20,10 +20,12 @@ from tidemark.kafka.config import client_config
 COMPACTED = {"cleanup.policy": "compact"}
 #: the consumer settings ``stable_end_offsets`` needs. A fetch at the end of a partition
 #: waits up to ``fetch.wait.max.ms`` for new records before the broker answers, and that
-#: answer is the end of partition the probe waits for, once per micro-batch and source.
+#: answer is the end of partition the probe waits for when a partition has nothing new.
 #: Shorter is not safe on the embedded broker: at 1 ms a busy partition's end was never
 #: reported, and at 0 no partition's (docs/benchmarks.md, "The end-of-partition probe").
 END_PROBE = {"enable.partition.eof": True, "fetch.wait.max.ms": 10}
+#: records (and end-of-partition events) ``stable_end_offsets`` takes from the queue at once
+_PROBE_BATCH = 10_000
 
 
 class KafkaAdminError(TidemarkError):
@@ -98,16 +100,21 @@ def stable_end_offsets(
     timeout_s: float = 30.0,
 ) -> dict[tuple[str, int], int]:
     """The end of each partition as a ``read_committed`` consumer sees it: the last
-    stable offset (nothing of an open transaction). ``consumer`` must be configured with
-    ``END_PROBE``; its assignment is replaced and then cleared.
+    stable offset (nothing of an open transaction), or an offset before it that is stable too.
+    ``consumer`` must be configured with ``END_PROBE``; its assignment is replaced and then
+    cleared.
 
-    The end is where a *fetch* reports end-of-partition, not what ListOffsets says,
-    because the Tansu broker's ListOffsets is wrong (measured: the base offset of the last
-    record batch + 1, and 0 while a transaction is open). So one fetch per partition,
-    starting at the later of ``known`` (an offset known to be stable, e.g. the previous
-    end) and ListOffsets' answer - 1: on Apache Kafka that reads one record, on Tansu at
-    most what is new. A partition whose fetch reports no end in time keeps its ``known``
-    offset (or its low watermark): it does not advance rather than guess."""
+    The end is found by a *fetch*, not taken from ListOffsets, because the Tansu broker's
+    ListOffsets is wrong (measured: the base offset of the last record batch + 1, and 0 while
+    a transaction is open). So one fetch per partition, starting at the later of ``known`` (an
+    offset known to be stable, e.g. the previous end) and ListOffsets' answer - 1: on Apache
+    Kafka that reads one record, on Tansu at most the last record batch and what is new. The
+    end is where the fetch reports end-of-partition; a partition that delivers records first
+    ends after the last record delivered with them, since a ``read_committed`` consumer only
+    receives stable records. Waiting for end-of-partition on a partition written without pause
+    would chase its writer: each fetch at its end waits ``fetch.wait.max.ms`` for new records
+    and gets them. A partition that neither delivers records nor reports its end in time keeps
+    its ``known`` offset (or its low watermark): it does not advance rather than guess."""
     known = known or {}
     listed = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s) for tp in partitions}
     begin = {tp: max(lo, hi - 1, known.get(tp, lo)) for tp, (lo, hi) in listed.items()}
@@ -115,15 +122,25 @@ def stable_end_offsets(
         return {}
     consumer.assign([TopicPartition(t, p, off) for (t, p), off in begin.items()])
     ends: dict[tuple[str, int], int] = {}
+    delivered: dict[tuple[str, int], int] = {}
     deadline = time.monotonic() + timeout_s
     try:
         while len(ends) < len(begin) and time.monotonic() < deadline:
-            m = consumer.poll(0.2)
-            if m is not None and m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
-                ends[(m.topic(), m.partition())] = m.offset()
+            first = consumer.poll(0.2)
+            if first is None:
+                continue
+            # with what else is queued: the end-of-partition of a fetch that also delivered records
+            for m in (first, *consumer.consume(_PROBE_BATCH, timeout=0)):
+                tp = (m.topic(), m.partition())
+                if m.error() is None:
+                    delivered[tp] = m.offset() + 1
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    ends[tp] = m.offset()
+            if all(tp in ends or tp in delivered for tp in begin):
+                break
     finally:
         consumer.unassign()
-    return {tp: ends.get(tp, known.get(tp, listed[tp][0])) for tp in begin}
+    return {tp: ends.get(tp, delivered.get(tp, known.get(tp, listed[tp][0]))) for tp in begin}
 
 
 def end_offsets(
