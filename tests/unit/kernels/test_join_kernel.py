@@ -232,3 +232,49 @@ def test_kernel_equals_the_per_key_stage(kind, wide, with_residual, data):
     for left, right in batches:
         assert kernel.run(left, right) == per_key.run(left, right)
     assert kernel.metrics == per_key.metrics
+
+
+# ---------------------------------------------------------------------- stored rows apart
+
+
+def _random_changes(rng, n: int, row) -> list[Change]:
+    return [Change(rng.choice(KINDS), row(), (rng.randint(0, 3),)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["inner", "left", "right", "full"])
+def test_stored_rows_the_batch_cannot_reach_are_kept_apart_and_stored_as_they_were(kind, monkeypatch):
+    """A call reads only the stored rows its batch changes or joins with (``_Run._split``):
+    the same changes and the same stored bytes as a call over every stored row, on batches
+    that each touch a few of many stored rows."""
+    import random
+
+    import tidemark.engine.kernels.join as join_module
+
+    rng = random.Random(kind)
+    stage = join(kind)
+    split, whole = Host(stage), Host(stage)
+    kept_apart = []
+    original = join_module._Run._split
+
+    def counting(self, side, stored, batches):
+        active, rest = original(self, side, stored, batches)
+        kept_apart.append(0 if rest is None else rest.height)
+        return active, rest
+
+    def left_row():
+        return (rng.randint(0, 60), rng.choice([None, *range(8)]))
+
+    def right_row():
+        return (rng.choice([None, *range(8)]), rng.choice(["a", "b", None]))
+
+    for n in range(40):
+        sizes = (60, 8) if n == 0 else (rng.randint(0, 6), rng.randint(0, 1))
+        left, right = _random_changes(rng, sizes[0], left_row), _random_changes(rng, sizes[1], right_row)
+        with monkeypatch.context() as m:
+            m.setattr(join_module._Run, "_split", counting)
+            got = split.run(left, right)
+        with monkeypatch.context() as m:
+            m.setattr(join_module, "_splittable", lambda schema: False)
+            assert got == whole.run(left, right)
+        assert split.stored == whole.stored
+    assert sum(kept_apart) > 200  # most calls kept most stored rows apart

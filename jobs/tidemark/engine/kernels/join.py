@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from tidemark.engine.stages.join import Join
 
 _W, _P, _I = "$w", "$p", "$i"  # weight, position rank, change index
+_R = "$r"  # a stored row's index in its side's stored frame
 _CNT, _M, _SEQ, _SIDE = "$cnt", "$m", "$seq", "$side"
 _INF = 2**62  # a step's own padding comes after its walk over the other side
 
@@ -175,13 +176,16 @@ class _Run:
         self.pos = pos_columns(depth)
         frames = [_pad_pos(b, self.pos) for b in batches]
         stored = [None if f is None else _pad_pos(f, self.pos) for f in state.sides]
+        self.base = 1 + max((int(f[_SEQ].max()) for f in stored if f is not None and f.height), default=-1)
+        self.key_names = [f"$k{j}" for j in range(len(self.stage.keys[0]))]
+        self.key_types = self._key_types(frames)
+        split = [self._split(side, f, frames) for side, f in enumerate(stored)]
+        stored = [active for active, _ in split]
+        self.untouched = [rest for _, rest in split]
         ranked, self.positions = _position_ranks([*frames, *(f for f in stored if f is not None)], self.pos)
         self.batches = ranked[:2]
         rest = iter(ranked[2:])
         self.stored = [None if f is None else next(rest) for f in stored]
-        self.base = 1 + max((int(f[_SEQ].max()) for f in self.stored if f is not None and f.height), default=-1)
-        self.key_names = [f"$k{j}" for j in range(len(self.stage.keys[0]))]
-        self.key_types = self._key_types()
 
     def _with_positions(self, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame``'s ``$p`` ranks back as position columns."""
@@ -245,6 +249,7 @@ class _Run:
             pl.col("$add_p").max().alias("add_p"),
             pl.col("$ret_p").max().alias("ret_p"),
             pl.col(_I).min().alias("first_i"),
+            *((pl.col(_R).max(),) if _R in both.columns else ()),
         )
         keys = [self.key_expr(side, j).alias(k) for j, k in enumerate(self.key_names)]
         u = u.with_row_index("id").with_columns(*keys)
@@ -266,14 +271,43 @@ class _Run:
     def key_expr(self, side: int, j: int) -> pl.Expr:
         return pl.col(f"c{self.stage.keys[side][j]}").cast(self.key_types[j])
 
-    def _key_types(self) -> list[pl.DataType]:
+    def _key_types(self, batches: list[pl.DataFrame]) -> list[pl.DataType]:
         """Per key column, the type both sides' values compare in (their supertype)."""
         types = []
         for a, b in zip(*self.stage.keys):
-            left = self.batches[0].select(pl.col(f"c{a}").alias("k")).clear()
-            right = self.batches[1].select(pl.col(f"c{b}").alias("k")).clear()
+            left = batches[0].select(pl.col(f"c{a}").alias("k")).clear()
+            right = batches[1].select(pl.col(f"c{b}").alias("k")).clear()
             types.append(pl.concat([left, right], how="vertical_relaxed")["k"].dtype)
         return types
+
+    def _split(
+        self, side: int, stored: pl.DataFrame | None, batches: list[pl.DataFrame]
+    ) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        """The side's stored rows that take part in this call, and the rest, each with its
+        stored index (``$r``), so that the new state keeps the stored order.
+
+        A stored row takes part when the batch changes it (the same row in its own side's
+        batch) or a row it joins with (its key in the other side's batch). Any other stored
+        row is in no candidate pair (a pair has a changed row, and the row's partners are
+        unchanged), takes no step, and its partner count ``$m`` does not move: the call
+        emits nothing for it and stores it as it was. Rows are matched whole by a join,
+        which compares floats as the grouping in ``_universe`` may not (``-0.0``, NaN), so
+        a side with float or nested columns is not split."""
+        if stored is None or stored.height == 0 or not _splittable(self.kernel.schemas[side]):
+            return stored, None
+        stored = stored.with_row_index(_R)
+        own, other = batches[side], batches[1 - side]
+        keys = [self.key_expr(side, j).alias(k) for j, k in enumerate(self.key_names)]
+        other_keys = other.select(self.key_expr(1 - side, j).alias(k) for j, k in enumerate(self.key_names))
+        by_key = stored.select(_R, *keys).join(other_keys.unique(), on=self.key_names, how="semi")[_R]
+        by_row = stored.select(_R, *self.cols[side]).join(
+            own.select(self.cols[side]).unique(), on=self.cols[side], how="semi", nulls_equal=True
+        )[_R]
+        takes_part = stored[_R].is_in(by_key) | stored[_R].is_in(by_row)
+        rest = stored.filter(~takes_part)
+        if rest.height == 0:
+            return stored.drop(_R), None
+        return stored.filter(takes_part), rest
 
     def _with_key_groups(self, universes: list[pl.DataFrame]) -> list[pl.DataFrame]:
         """``kg``: the order in which the key first appears in the inputs (left, then right)."""
@@ -539,13 +573,23 @@ class _Run:
             pl.when(g2.is_not_null() & create2).then(self.base + g2).when(g1.is_not_null() & create1)
             .then(self.base + g1).otherwise(pl.col("seq0")).cast(pl.Int64).alias(_SEQ),
             pl.when(w2 > 0).then(pl.col("p2")).when(w1 > 0).then(pl.col("p1")).otherwise(pl.col("pos0")).alias(_P),
+            *((pl.col(_R),) if _R in u.columns else ()),
         )  # fmt: skip
+        untouched = self.untouched[side]
+        if untouched is not None:  # back in stored order, rows new to state after them (``_split``)
+            new = pl.concat([untouched, self._with_positions(new)], how="diagonal_relaxed")
+            return new.sort(_R, nulls_last=True, maintain_order=True).drop(_R)
         if new.height == 0:
             return None
-        return self._with_positions(new)
+        return self._with_positions(new).drop(_R, strict=False)
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _splittable(schema: pa.Schema) -> bool:
+    """Whether a side's rows can be matched whole by a join (``_Run._split``)."""
+    return not any(pa.types.is_floating(f.type) or pa.types.is_nested(f.type) for f in schema)
 
 
 def _pos_of(frame: pl.DataFrame) -> list[str]:
