@@ -154,8 +154,8 @@ def _parquet_encodings(stored: bytes) -> dict[str, tuple[str, ...]]:
 
 
 def test_a_bucket_is_stored_as_parquet_with_delta_encodings():
-    """Sorted keys and positions are small differences, neighbouring strings share prefixes:
-    what the delta encodings store in a few bits."""
+    """Sorted keys are small differences, neighbouring strings share prefixes: what the delta
+    encodings store in a few bits. A position's fields, interleaved in one list, are not."""
     cols = (("id", parse_type("BIGINT")), ("name", parse_type("STRING")), ("price", parse_type("DECIMAL(10, 2)")),
             ("score", parse_type("DOUBLE")), ("ok", parse_type("BOOLEAN")))
     mat = SinkMaterializer("t", (0,), ("id",), None, "DEDUPLICATE", columns=cols)
@@ -167,10 +167,26 @@ def test_a_bucket_is_stored_as_parquet_with_delta_encodings():
         (k,): [((k, f"n{k}", Decimal("1.25"), 0.5, True), (k,))] for k in range(50)
     }
     encodings = _parquet_encodings(stored)
-    assert "DELTA_BINARY_PACKED" in encodings["row.id"] and "DELTA_BINARY_PACKED" in encodings["pos.list.element"]
+    assert "DELTA_BINARY_PACKED" in encodings["row.id"] and "BYTE_STREAM_SPLIT" in encodings["pos.list.element"]
     assert "DELTA_BYTE_ARRAY" in encodings["row.name"] and "DELTA_BYTE_ARRAY" in encodings["row.price"]
     assert "BYTE_STREAM_SPLIT" in encodings["row.score"]
     assert "PLAIN" in encodings["row.ok"]
+
+
+def test_strings_that_repeat_are_stored_as_a_dictionary_and_read_back_as_strings():
+    """A joined dimension's attribute repeats across sink keys that are not neighbours: a
+    dictionary stores each value once. Distinct strings stay delta-encoded."""
+    cols = (("id", parse_type("BIGINT")), ("name", parse_type("STRING")), ("attr", parse_type("STRING")))
+    mat = SinkMaterializer("t", (0,), ("id",), None, "DEDUPLICATE", columns=cols)
+    bucket = run(mat, Bucket(), [Change("+I", (k, f"n{k}", f"a{k * 7 % 5}" if k % 3 else None), (k,)) for k in range(60)])
+    stored = state_codec.encode_state(mat, bucket)
+    encodings = _parquet_encodings(stored)
+    assert "RLE_DICTIONARY" in encodings["row.attr"] and "DELTA_BYTE_ARRAY" not in encodings["row.attr"]
+    assert "DELTA_BYTE_ARRAY" in encodings["row.name"] and "RLE_DICTIONARY" not in encodings["row.name"]
+    table = state_codec.read_table(stored)
+    assert table.schema.field("row").type.field("attr").type == pa.string()
+    rows = lambda states: {k: [(n.row, n.pos) for n in st.in_order()] for k, st in states.items()}  # noqa: E731
+    assert rows(state_codec.decode_state(mat, stored).states) == rows(bucket.states)
 
 
 def test_a_table_parquet_cannot_hold_is_stored_as_arrow_ipc_and_both_read_back():

@@ -62,7 +62,10 @@ _PARQUET_MAGIC = b"PAR1"
 #: Parquet's encodings by physical type. Why not Arrow IPC's plain buffers: state tables are
 #: sorted by key, so keys and positions are runs of small differences (delta encodings) and
 #: neighbouring strings share prefixes; zstd then finds far less to do. Booleans keep the
-#: default (bit-packed) encoding.
+#: default (bit-packed) encoding. Integers inside lists are the exception (``_parquet_encodings``):
+#: a list of a position's fields is stored as one sequence of values, its fields interleaved
+#: (batch, source, partition, offset, batch, ...), so neighbours differ by as much as the
+#: values; split into byte streams, their high bytes are runs of zeros for zstd.
 _ENCODING_BY_PHYSICAL_TYPE = {
     "INT32": "DELTA_BINARY_PACKED",
     "INT64": "DELTA_BINARY_PACKED",
@@ -93,9 +96,32 @@ def _parquet_encodings(schema: pa.Schema) -> dict[str, str] | None:
     for i in range(len(columns)):
         column = columns.column(i)
         encoding = _ENCODING_BY_PHYSICAL_TYPE.get(column.physical_type)
+        if column.max_repetition_level > 0 and column.physical_type in ("INT32", "INT64"):
+            encoding = "BYTE_STREAM_SPLIT"
         if encoding is not None:
             encodings[column.path] = encoding
     return encodings
+
+
+def _repeated_strings(table: pa.Table) -> list[str]:
+    """Paths of the string columns, at the top or in structs, that hold each value at least
+    twice on average: stored as a dictionary and indexes rather than delta-encoded (a sink
+    row's attribute of a joined dimension repeats across keys that need not be neighbours)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    paths = []
+    columns = [(f.name, table.column(i)) for i, f in enumerate(table.schema)]
+    while columns:
+        path, column = columns.pop()
+        if pa.types.is_struct(column.type):
+            columns += [(f"{path}.{column.type.field(i).name}", pc.struct_field(column, [i]))
+                        for i in range(column.type.num_fields)]
+        elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            present = len(column) - column.null_count
+            if present and 2 * pc.count_distinct(column).as_py() <= present:
+                paths.append(path)
+    return sorted(paths)
 
 
 def _has_dictionary(t: pa.DataType) -> bool:
@@ -116,7 +142,9 @@ def _table_bytes(table: pa.Table) -> bytes:
         with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
             writer.write_table(table)
     else:
-        pq.write_table(table, sink, compression="zstd", compression_level=_ZSTD_LEVEL, use_dictionary=False,
+        dictionary = _repeated_strings(table)
+        encodings = {path: e for path, e in encodings.items() if path not in dictionary}
+        pq.write_table(table, sink, compression="zstd", compression_level=_ZSTD_LEVEL, use_dictionary=dictionary,
                        column_encoding=encodings, write_statistics=False)
     return sink.getvalue().to_pybytes()
 
