@@ -26,6 +26,10 @@ COMPACTED = {"cleanup.policy": "compact"}
 END_PROBE = {"enable.partition.eof": True, "fetch.wait.max.ms": 10}
 #: records (and end-of-partition events) ``stable_end_offsets`` takes from the queue at once
 _PROBE_BATCH = 10_000
+#: how long ``stable_end_offsets`` still waits for the end-of-partition of a partition that
+#: delivered records: a transaction's commit marker after the last record is part of that
+#: end, and an end before the marker would make the next batch an empty one
+_SETTLE_S = 0.05
 
 
 class KafkaAdminError(TidemarkError):
@@ -111,10 +115,11 @@ def stable_end_offsets(
     Kafka that reads one record, on Tansu at most the last record batch and what is new. The
     end is where the fetch reports end-of-partition; a partition that delivers records first
     ends after the last record delivered with them, since a ``read_committed`` consumer only
-    receives stable records. Waiting for end-of-partition on a partition written without pause
-    would chase its writer: each fetch at its end waits ``fetch.wait.max.ms`` for new records
-    and gets them. A partition that neither delivers records nor reports its end in time keeps
-    its ``known`` offset (or its low watermark): it does not advance rather than guess."""
+    receives stable records, unless its end-of-partition follows within ``_SETTLE_S``. Waiting
+    longer on a partition written without pause would chase its writer: each fetch at its end
+    waits ``fetch.wait.max.ms`` for new records and gets them. A partition that neither
+    delivers records nor reports its end in time keeps its ``known`` offset (or its low
+    watermark): it does not advance rather than guess."""
     known = known or {}
     listed = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s) for tp in partitions}
     begin = {tp: max(lo, hi - 1, known.get(tp, lo)) for tp, (lo, hi) in listed.items()}
@@ -124,9 +129,10 @@ def stable_end_offsets(
     ends: dict[tuple[str, int], int] = {}
     delivered: dict[tuple[str, int], int] = {}
     deadline = time.monotonic() + timeout_s
+    settle_by: float | None = None  # once every partition has an end or records
     try:
-        while len(ends) < len(begin) and time.monotonic() < deadline:
-            first = consumer.poll(0.2)
+        while len(ends) < len(begin) and time.monotonic() < min(deadline, settle_by or deadline):
+            first = consumer.poll(0.2 if settle_by is None else max(0.0, settle_by - time.monotonic()))
             if first is None:
                 continue
             # with what else is queued: the end-of-partition of a fetch that also delivered records
@@ -136,8 +142,8 @@ def stable_end_offsets(
                     delivered[tp] = m.offset() + 1
                 elif m.error().code() == KafkaError._PARTITION_EOF:
                     ends[tp] = m.offset()
-            if all(tp in ends or tp in delivered for tp in begin):
-                break
+            if settle_by is None and all(tp in ends or tp in delivered for tp in begin):
+                settle_by = time.monotonic() + _SETTLE_S
     finally:
         consumer.unassign()
     return {tp: ends.get(tp, delivered.get(tp, known.get(tp, listed[tp][0]))) for tp in begin}
