@@ -303,7 +303,7 @@ class _Run:
         by_row = stored.select(_R, *self.cols[side]).join(
             own.select(self.cols[side]).unique(), on=self.cols[side], how="semi", nulls_equal=True
         )[_R]
-        takes_part = stored[_R].is_in(pl.concat([by_key, by_row]))
+        takes_part = stored[_R].is_in(pl.concat([by_key, by_row]).implode())
         rest = stored.filter(~takes_part)
         if rest.height == 0:
             return stored.drop(_R), None
