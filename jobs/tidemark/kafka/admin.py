@@ -129,10 +129,10 @@ def stable_end_offsets(
     ends: dict[tuple[str, int], int] = {}
     delivered: dict[tuple[str, int], int] = {}
     deadline = time.monotonic() + timeout_s
-    settle_by: float | None = None  # once every partition has an end or records
+    settling = False  # every partition has an end or records: the deadline is _SETTLE_S away
     try:
-        while len(ends) < len(begin) and time.monotonic() < min(deadline, settle_by or deadline):
-            first = consumer.poll(0.2 if settle_by is None else max(0.0, settle_by - time.monotonic()))
+        while len(ends) < len(begin) and (left := deadline - time.monotonic()) > 0:
+            first = consumer.poll(min(0.2, left))
             if first is None:
                 continue
             # with what else is queued: the end-of-partition of a fetch that also delivered records
@@ -142,8 +142,8 @@ def stable_end_offsets(
                     delivered[tp] = m.offset() + 1
                 elif m.error().code() == KafkaError._PARTITION_EOF:
                     ends[tp] = m.offset()
-            if settle_by is None and all(tp in ends or tp in delivered for tp in begin):
-                settle_by = time.monotonic() + _SETTLE_S
+            if not settling and all(tp in ends or tp in delivered for tp in begin):
+                settling, deadline = True, min(deadline, time.monotonic() + _SETTLE_S)
     finally:
         consumer.unassign()
     return {tp: ends.get(tp, delivered.get(tp, known.get(tp, listed[tp][0]))) for tp in begin}
