@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.errors import StreamingQueryException
 
+from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.catalog import Column, TableDef
 from tidemark.engine.changelog import Change
 from tidemark.engine.types import parse_type
@@ -19,6 +20,7 @@ from tidemark.kafka.read import materialize_upsert, read_topic
 from tidemark.kafka.transactional import read_exactly_once
 from tidemark.spark.keyed import BLOB_SCHEMA, encode_changes
 from tidemark.engine.kernels.upsert import net_upsert
+from tidemark.kafka.transactional import SinkWriteError
 from tidemark.spark.sink import ChangelogSink, DeadLetterSink, UpsertSink
 from tidemark.spark.source import SourceTable, bad_records, decode_row, decode_stream, good_changes, read_stream
 
@@ -92,6 +94,15 @@ def test_upsert_sink_replay_leaves_the_materialized_table_unchanged(spark, kafka
     # an update pair becomes one record: the -U half is never written
     replay.write_batch(frame(spark, [Change("-U", (1, 20, "b1"), (2, 0, 0, 1)), Change("+U", (1, 30, "c1"), (2, 0, 0, 1))]), 2)
     assert [json.loads(r.value)["level"] for r in read_topic(kafka_bootstrap, topic) if r.key == b'{"id":1}'][-2:] == [20, 30]
+
+
+def test_a_record_not_delivered_fails_the_upsert_write_naming_the_sink_and_why():
+    # nothing listens on the port: every record's delivery times out, and the producer, which
+    # reports failed deliveries only, must still report those
+    producer = UpsertSink("127.0.0.1:9", t1("upsert-json", "nowhere")).producer()
+    producer.conf["message.timeout.ms"] = 500
+    with pytest.raises(SinkWriteError, match=r"upsert sink 'nowhere': .*timed out"):
+        producer.write(ChangeBatch.from_changes(SEED_BATCH))
 
 
 def _stages_of(spark, group: str, write) -> int:

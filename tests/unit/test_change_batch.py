@@ -158,6 +158,15 @@ def test_consolidation_is_the_zset_whatever_the_order(cs, rnd: random.Random):
     assert a.changes() == b.changes()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.builds(Change, st.sampled_from(["+I", "-U", "+U", "-D"]), _rows, st.tuples(st.integers(0, 4))),
+                max_size=20, unique_by=lambda c: c.row))
+def test_a_batch_of_distinct_rows_is_its_own_consolidation(cs):
+    """Each row's one change is its net, at its own place: no pair to cancel."""
+    batch = ChangeBatch.from_changes(cs)
+    assert batch.consolidate().changes() == batch.sorted().changes()
+
+
 def test_an_empty_batch_stays_empty():
     batch = ChangeBatch.from_changes([])
     assert len(batch) == 0

@@ -50,13 +50,19 @@ def arrow_type(t: SqlType) -> pa.DataType:
     raise ValueError(f"no Arrow type for SQL type {t}")
 
 
+def _is_variable_width(t: pa.DataType) -> bool:
+    """Text or bytes: numpy's object conversion gives each value, None for a NULL."""
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
+
+
 def pylist(column: pa.Array | pa.ChunkedArray) -> list[Any]:
     """``column.to_pylist()``, through numpy where that gives the same values: numbers and
-    booleans without NULLs, and text. pyarrow builds each Python object on its own path,
-    much slower than numpy's ``tolist``, and the per-key stages read every value of every
-    batch this way."""
+    booleans without NULLs, text and bytes. pyarrow builds each Python object on its own
+    path, much slower than numpy's ``tolist``, and the per-key stages read every value of
+    every batch this way (as does the JSON encoder, every record it writes)."""
     t = column.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or (
+    if _is_variable_width(t) or (
         column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
     ):
         return column.to_numpy(zero_copy_only=False).tolist()

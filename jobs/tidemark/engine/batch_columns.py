@@ -140,11 +140,19 @@ def sorted_table(table: pa.Table) -> pa.Table:
     return _restore(out.to_arrow(), table.schema)
 
 
+def _has_repeated_rows(rows: pa.Table) -> bool:
+    """Whether a row occurs more than once, rows compared as the group-by of
+    ``consolidated_table`` compares them (``0.0`` equals ``-0.0``, NaN equals NaN)."""
+    return bool(pl.from_arrow(rows).is_duplicated().any())
+
+
 def consolidated_table(table: pa.Table) -> pa.Table:
     """Net weight per distinct row, with the position and kind of its latest change of
     the surviving sign (``batch`` module docstring); rows netting zero dropped."""
     pos = [c for c in table.column_names if c.startswith(POS_PREFIX)]
     rows = [c for c in table.column_names if not c.startswith("$")]
+    if rows and not _has_repeated_rows(table.select(rows)):  # each row's one change is its net
+        return table.filter(pc.not_equal(table.column(WEIGHT), 0))
     last = pl.struct([*pos, KIND])
     df = pl.from_arrow(table).sort([*pos, KIND], nulls_last=False, maintain_order=True)
     net = (

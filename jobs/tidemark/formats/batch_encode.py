@@ -110,7 +110,7 @@ class BatchEncoder:
         written = [c for c in changes if not (self.encoder.upsert and c.kind == UPDATE_BEFORE)]
         columns = list(zip(*(c.row for c in written))) if written else [() for _ in self.names]
         frags = [fragments(t, col) for t, col in zip(self.types, columns)]
-        return self._records([c.kind for c in changes], frags, len(written))
+        return self._records(pa.array([c.kind for c in changes], pa.string()), frags)
 
     def encode_table(self, table: pa.Table, topic: str | None = None) -> list[tuple[bytes | None, bytes | None] | None]:
         """``encode`` of the changes of a batch table (``ChangeBatch``'s layout), from its
@@ -118,30 +118,35 @@ class BatchEncoder:
         weights = pc.abs(table.column(WEIGHT))
         if not self.json or table.num_rows == 0 or pc.max(weights).as_py() != 1:
             return self.encode(to_changes(table), topic)
-        kinds = pylist(table.column(KIND))
+        kinds = table.column(KIND)
         if self.encoder.upsert:
-            table = table.filter(pc.not_equal(table.column(KIND), UPDATE_BEFORE))
+            table = table.filter(pc.not_equal(kinds, UPDATE_BEFORE))
         frags = [column_fragments(t, table.column(i).combine_chunks()) for i, t in enumerate(self.types)]
-        return self._records(kinds, frags, table.num_rows)
+        return self._records(kinds, frags)
 
-    def _records(self, kinds: Sequence[str], frags: list[pa.Array], n_written: int) -> list[tuple[bytes | None, bytes | None] | None]:
-        """Each change's (key, value), from the text fragments of the columns of the changes
-        written (all of them, but an upsert format's ``-U``, which writes nothing)."""
+    def _records(self, kinds: pa.Array | pa.ChunkedArray, frags: list[pa.Array]) -> list[tuple[bytes | None, bytes | None] | None]:
+        """Each change's (key, value), from every change's kind and the text fragments of the
+        columns of the changes written (all of them, but an upsert format's ``-U``, which
+        writes nothing: None in its place). Built as columns; Python sees each record once,
+        as the bytes it is produced with."""
         upsert = self.encoder.upsert
-        written = [k for k in kinds if not (upsert and k == UPDATE_BEFORE)]
-        if not n_written:
-            keys: list[bytes | None] = []
+        skipped = pc.equal(kinds, UPDATE_BEFORE) if upsert else None
+        written = kinds.filter(pc.invert(skipped)) if skipped is not None else kinds
+        n = len(written)
+        keys = pylist(self._objects(frags, self.pk, None)) if self.pk and n else [None] * n
+        everything = range(len(self.names))
+        if not n:
             values: list[bytes | None] = []
-        else:
-            keys = self._objects(frags, self.pk, None).to_pylist() if self.pk else [None] * n_written
-            everything = range(len(self.names))
-            if upsert:
-                values = [None if k == DELETE else v for k, v in zip(written, self._objects(frags, everything, None).to_pylist())]
-            else:
-                head = pa.array(['{"op":' + _dumps(k) + "," for k in written], pa.string())
-                values = self._objects(frags, everything, head).to_pylist()
-        out = iter(zip(keys, values))
-        return [None if upsert and k == UPDATE_BEFORE else next(out) for k in kinds]
+        elif upsert:  # a delete is a tombstone
+            rows = self._objects(frags, everything, None)
+            values = pylist(pc.if_else(pc.equal(written, DELETE), pa.scalar(None, pa.binary()), rows))
+        else:  # a kind is two characters that need no escaping
+            values = pylist(self._objects(frags, everything, pc.binary_join_element_wise('{"op":"', written, '",', "")))
+        records = list(zip(keys, values))
+        if skipped is None or not pc.any(skipped).as_py():
+            return records
+        out = iter(records)
+        return [None if s else next(out) for s in pylist(skipped)]
 
     def _objects(self, frags: Sequence[pa.Array], which: Sequence[int], head: pa.Array | None) -> pa.Array:
         """``{...}`` of the columns ``which`` (``frags``: each column's text fragments;

@@ -31,7 +31,7 @@ import datetime as _dt
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.engine.batch import ChangeBatch
 from tidemark.engine.catalog import TableDef
@@ -52,28 +52,44 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+class _SinkProducer(NamedTuple):
+    """A producer that reports failed deliveries only, into ``failures``: a delivery report
+    per record would cost a Python callback per record, and a per-record callback argument
+    an allocation per record, for nothing but the rare failure."""
+
+    producer: Any
+    failures: list[str]
+
+
 #: The upsert sink's producer in each Python worker process (for the last broker list),
 #: reused by the tasks of every batch: a new idempotent producer spends ~0.5 s (its
 #: producer id, broker metadata) before its first flush returns, a reused one flushes 50
 #: records in under 1 ms (measured on the embedded broker); per batch that was most of the
 #: sink stage's time.
-_PRODUCERS: dict[str, Any] = {}
+_PRODUCERS: dict[str, _SinkProducer] = {}
 
 
 def _producer_key(conf: dict[str, Any]) -> str:
     return json.dumps(conf, sort_keys=True, default=str)
 
 
-def _shared_producer(conf: dict[str, Any]) -> Any:
+def _shared_producer(conf: dict[str, Any]) -> _SinkProducer:
     """The producer of ``conf`` (built on the driver: an executor needs no settings file)."""
     from confluent_kafka import Producer
 
     key = _producer_key(conf)
-    producer = _PRODUCERS.get(key)
-    if producer is None:
+    shared = _PRODUCERS.get(key)
+    if shared is None:
         _PRODUCERS.clear()  # one at a time: a producer of a broker gone away only logs
-        producer = _PRODUCERS[key] = Producer(conf)
-    return producer
+        failures: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(err.str())
+
+        producer = Producer({**conf, "delivery.report.only.error": True, "on_delivery": on_delivery})
+        shared = _PRODUCERS[key] = _SinkProducer(producer, failures)
+    return shared
 
 
 class _SinkKey:
@@ -110,26 +126,21 @@ class UpsertProducer:
 
         if len(batch) == 0:
             return 0
-        producer = _shared_producer(self.conf)
-        errors: list[str] = []
+        producer, failures = _shared_producer(self.conf)
+        failures.clear()
         n = 0
-
-        def on_delivery(err, msg) -> None:
-            if err is not None:
-                errors.append(err.str())
-
         try:
             finals = net_upserts(batch, self.table.pk_indexes).table()
             for key, value in BatchEncoder(self.table, self.registry_url).encode_table(finals, self.topic):
                 while True:
                     try:
-                        producer.produce(self.topic, key=key, value=value, on_delivery=on_delivery)
+                        producer.produce(self.topic, value, key)
                         break
                     except BufferError:
                         producer.poll(0.1)
                 n += 1
-            if producer.flush(self.flush_timeout_s) or errors:
-                raise SinkWriteError(f"upsert sink '{self.topic}': {'; '.join(errors[:3]) or 'flush timed out'}")
+            if producer.flush(self.flush_timeout_s) or failures:
+                raise SinkWriteError(f"upsert sink '{self.topic}': {'; '.join(failures[:3]) or 'flush timed out'}")
         except BaseException:
             _PRODUCERS.pop(_producer_key(self.conf), None)  # the task's retry starts with a fresh producer
             raise
