@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -66,6 +67,9 @@ def test_batch_encoder_writes_the_per_record_bytes(fmt, pk, data):
     assert BatchEncoder(t).encode(changes, "o") == expected
     batch = ChangeBatch.from_changes(changes, schema_of(t.column_names, t.types))
     assert BatchEncoder(t).encode_table(batch.table(), "o") == expected  # from the columns
+    whole, half = batch.table(), len(changes) // 2
+    chunked = pa.concat_tables([whole.slice(0, half), whole.slice(half)])  # as a stage's output may be
+    assert BatchEncoder(t).encode_table(chunked, "o") == expected
 
 
 def test_values_of_unexpected_python_types_are_rendered_as_the_encoder_does():
